@@ -1,0 +1,26 @@
+//! Compiles the vendored, unmodified `proto/a2a.proto` (package `lf.a2a.v1`)
+//! with `protox`, a pure-Rust protobuf compiler, so the build needs nothing but
+//! cargo (no system `protoc`). One descriptor set drives both the generated
+//! prost/tonic code and gRPC server reflection, so there is a single source of
+//! truth for the wire schema.
+
+use std::{env, fs, path::PathBuf};
+
+use protox::prost::Message as _;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+
+    // `include_imports` (protox's default for `compile`) puts the googleapis and
+    // well-known-type files in the set too: reflection clients such as grpcurl
+    // need every dependency to resolve `lf.a2a.v1` types.
+    let fds = protox::compile(["a2a.proto"], ["proto"])?;
+    fs::write(out_dir.join("a2a_descriptor.bin"), fds.encode_to_vec())?;
+
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! `code-reviewer`: a multi-turn agent (spec §3.4.3).
+//!
+//! - a new task -> INPUT_REQUIRED, with an agent status message asking for
+//!   the diff;
+//! - a follow-up message on that task -> WORKING -> a `review` artifact ->
+//!   COMPLETED.
+
+use async_trait::async_trait;
+
+use crate::agent::{AgentError, AgentExecutor, EventSink, RequestContext};
+use crate::proto::TaskState;
+
+pub const REVIEW_ARTIFACT: &str = "review";
+pub const ASK_FOR_DIFF: &str = "Please send the diff to review.";
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CodeReviewer;
+
+#[async_trait]
+impl AgentExecutor for CodeReviewer {
+    async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        if ctx.task.is_none() {
+            sink.status(TaskState::InputRequired, Some(ASK_FOR_DIFF))
+                .await?;
+            return Ok(());
+        }
+        let diff = ctx.text();
+        sink.status(TaskState::Working, Some("Reviewing the diff."))
+            .await?;
+        let review = format!(
+            "Reviewed {} line(s): no blocking issues found.\n",
+            diff.lines().count()
+        );
+        sink.artifact_text(REVIEW_ARTIFACT, "review", &review, false, true)
+            .await?;
+        sink.status(TaskState::Completed, Some("Review complete."))
+            .await?;
+        Ok(())
+    }
+}

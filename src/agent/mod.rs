@@ -1,0 +1,92 @@
+//! Agents: the [`AgentExecutor`] contract, the context it runs in, and the
+//! demo agents.
+//!
+//! An executor does the work behind a message. It never touches the task
+//! directly: it emits status, artifact and message events through an
+//! [`EventSink`], and the runtime applies them with the lifecycle core,
+//! persists them and broadcasts them. An executor that returns an error or
+//! panics leaves its task FAILED with a status message, never stuck.
+
+pub mod demo;
+pub mod router;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+pub use crate::runtime::sink::{EventSink, SinkError};
+pub use router::AgentRouter;
+
+use crate::proto::{Message, Task};
+
+/// What an executor is asked to do.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    /// The routing tenant of the request (spec §4.4.6, `AgentInterface.tenant`).
+    pub tenant: String,
+    /// The task this run works on: new, or continued by `message.task_id`.
+    pub task_id: String,
+    pub context_id: String,
+    /// The client message that started this run, with task and context ids
+    /// filled in.
+    pub message: Message,
+    /// The task as it was when the run started, the message already in its
+    /// history; `None` for a message that may create a new task.
+    pub task: Option<Task>,
+    /// Cancelled when a client cancels the task or the server shuts down;
+    /// long-running executors should watch it.
+    pub cancelled: CancellationToken,
+}
+
+impl RequestContext {
+    /// The concatenated text parts of the incoming message.
+    pub fn text(&self) -> String {
+        message_text(&self.message)
+    }
+}
+
+/// The concatenated text parts of a message.
+pub fn message_text(message: &Message) -> String {
+    use crate::proto::part::Content;
+    message
+        .parts
+        .iter()
+        .filter_map(|p| match &p.content {
+            Some(Content::Text(t)) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Why an executor gave up; becomes the FAILED status message.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{0}")]
+    Failed(String),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+}
+
+/// The work behind an agent.
+///
+/// `execute` runs once per accepted message. For a new message its first
+/// event decides what the client gets: [`EventSink::reply`] answers with a
+/// direct `Message` and no task; any status or artifact event creates the
+/// task (SUBMITTED) and applies the event to it. Emit that first event
+/// promptly: a non-blocking SendMessage waits for it. `execute` may return
+/// while the task is interrupted (INPUT_REQUIRED, AUTH_REQUIRED) or terminal;
+/// returning while it is still SUBMITTED or WORKING fails the task.
+///
+/// Runs on one task never overlap: a message for a task whose run is still
+/// going waits for it to end (spec §3.4 multi-turn, one executor per task).
+#[async_trait]
+pub trait AgentExecutor: Send + Sync + 'static {
+    async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError>;
+
+    /// Called when a client cancels the task (spec §3.1.5), after
+    /// `ctx.cancelled` fired. The runtime moves the task to CANCELED itself;
+    /// this hook is for releasing what the agent holds.
+    async fn cancel(&self, _ctx: RequestContext) -> Result<(), AgentError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,16 @@
+//! a2a-lifecycle: an A2A protocol v1.0 gRPC server built around a correct,
+//! durable task lifecycle.
+//!
+//! Data flows one way: a request is validated by [`service`], the selected
+//! [`agent`] executor emits events, the [`lifecycle`] core applies them to the
+//! task, the [`store`] persists the result and [`runtime`] broadcasts it to the
+//! task's subscribers.
+
+pub mod agent;
+pub mod error;
+pub mod lifecycle;
+pub mod proto;
+pub mod runtime;
+pub mod server;
+pub mod service;
+pub mod store;

@@ -1,0 +1,696 @@
+//! How events change a task: status, history and artifacts.
+//!
+//! Rules (issue "task lifecycle", spec §3.7, §4.2):
+//! - A status update replaces the status; the server stamps the timestamp.
+//!   The superseded status message, if any, moves into history, so nothing
+//!   the agent said is lost when it says the next thing.
+//! - A user message on the task joins history.
+//! - An artifact update without `append` creates the artifact, or replaces the
+//!   one with the same `artifact_id`; with `append` it extends that artifact's
+//!   parts. After `last_chunk` the artifact is sealed: a further update of it
+//!   is an agent error ([`ApplyError::SealedArtifact`]), not silent
+//!   corruption. So is an append to an artifact that does not exist.
+//! - Nothing changes a terminal task (spec §3.1.1, §3.1.5, §3.1.6).
+//!
+//! Each successful [`TaskRecord::apply`] returns the stream event that
+//! describes the change, so what subscribers see is exactly what was applied.
+
+use prost_types::{Struct, Timestamp};
+
+use super::transition::{TransitionError, TransitionPolicy};
+use crate::proto::{
+    Artifact, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent, stream_response::Payload,
+};
+
+/// A new status from the agent (or the server, for cancel and failure).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusUpdate {
+    pub state: TaskState,
+    /// An agent message explaining the status (spec §7.6.1 requires one for
+    /// AUTH_REQUIRED).
+    pub message: Option<Message>,
+    pub metadata: Option<Struct>,
+}
+
+/// An artifact chunk from the agent (spec §4.2.2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactUpdate {
+    pub artifact: Artifact,
+    pub append: bool,
+    pub last_chunk: bool,
+    pub metadata: Option<Struct>,
+}
+
+/// Everything that can happen to a task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskEvent {
+    Status(StatusUpdate),
+    Artifact(ArtifactUpdate),
+    /// A client message continuing the task (spec §3.4.3).
+    UserMessage(Message),
+}
+
+/// Why an event could not be applied. The task is left unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    #[error("task is in terminal state {} and accepts no more events", .0.as_str_name())]
+    Terminal(TaskState),
+    #[error("artifact_id must not be empty")]
+    EmptyArtifactId,
+    #[error("artifact {0:?} must contain at least one part")]
+    EmptyArtifact(String),
+    #[error("artifact {0:?} was sealed by last_chunk and cannot change")]
+    SealedArtifact(String),
+    #[error("append to artifact {0:?}, which does not exist")]
+    UnknownArtifact(String),
+    #[error("message_id must not be empty")]
+    EmptyMessageId,
+    #[error("message {0:?} belongs to task {1:?}")]
+    ForeignMessage(String, String),
+}
+
+/// A task together with the lifecycle facts that are not part of the A2A
+/// `Task` message but must survive with it (which artifacts are sealed).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TaskRecord {
+    pub task: Task,
+    /// `artifact_id`s whose final chunk has been applied.
+    pub sealed_artifacts: Vec<String>,
+}
+
+impl TaskRecord {
+    /// A new task in SUBMITTED, created by `first_message` (spec §3.4.2: the
+    /// server chooses the id). The message joins history, tagged with the
+    /// task and context ids.
+    pub fn submitted(
+        task_id: String,
+        context_id: String,
+        first_message: Message,
+        now: Timestamp,
+    ) -> Self {
+        let mut message = first_message;
+        message.task_id = task_id.clone();
+        message.context_id = context_id.clone();
+        TaskRecord {
+            task: Task {
+                id: task_id,
+                context_id,
+                status: Some(TaskStatus {
+                    state: TaskState::Submitted as i32,
+                    message: None,
+                    timestamp: Some(now),
+                }),
+                artifacts: Vec::new(),
+                history: vec![message],
+                metadata: None,
+            },
+            sealed_artifacts: Vec::new(),
+        }
+    }
+
+    /// The current state. A stored task always has a real state; a record
+    /// built by hand without a status reads as UNSPECIFIED, which every rule
+    /// refuses.
+    pub fn state(&self) -> TaskState {
+        self.task
+            .status
+            .as_ref()
+            .and_then(|s| TaskState::try_from(s.state).ok())
+            .unwrap_or(TaskState::Unspecified)
+    }
+
+    /// Applies one event at time `now`. On success returns the stream event
+    /// to broadcast (none for a user message, which is not a stream event in
+    /// spec §3.1.2's patterns); on error the record is unchanged.
+    pub fn apply(
+        &mut self,
+        event: TaskEvent,
+        now: Timestamp,
+        policy: TransitionPolicy,
+    ) -> Result<Option<StreamResponse>, ApplyError> {
+        let state = self.state();
+        if state.is_terminal() {
+            return Err(ApplyError::Terminal(state));
+        }
+        match event {
+            TaskEvent::Status(update) => self.apply_status(update, now, policy).map(Some),
+            TaskEvent::Artifact(update) => self.apply_artifact(update).map(Some),
+            TaskEvent::UserMessage(message) => {
+                let message = self.own_message(message)?;
+                self.task.history.push(message);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Tags a message with this task's ids, refusing one that names another
+    /// task.
+    fn own_message(&self, mut message: Message) -> Result<Message, ApplyError> {
+        if message.message_id.is_empty() {
+            return Err(ApplyError::EmptyMessageId);
+        }
+        if !message.task_id.is_empty() && message.task_id != self.task.id {
+            return Err(ApplyError::ForeignMessage(
+                message.message_id,
+                message.task_id,
+            ));
+        }
+        message.task_id = self.task.id.clone();
+        message.context_id = self.task.context_id.clone();
+        Ok(message)
+    }
+
+    fn apply_status(
+        &mut self,
+        update: StatusUpdate,
+        now: Timestamp,
+        policy: TransitionPolicy,
+    ) -> Result<StreamResponse, ApplyError> {
+        policy.check(self.state(), update.state)?;
+        let message = match update.message {
+            Some(mut m) => {
+                if m.role == Role::Unspecified as i32 {
+                    m.role = Role::Agent as i32;
+                }
+                Some(self.own_message(m)?)
+            }
+            None => None,
+        };
+        let status = TaskStatus {
+            state: update.state as i32,
+            message,
+            timestamp: Some(now),
+        };
+        let superseded = self.task.status.replace(status.clone());
+        if let Some(old) = superseded.and_then(|s| s.message) {
+            // The same message may already be there (an agent that repeats
+            // its status message); history keeps one copy.
+            if !self
+                .task
+                .history
+                .iter()
+                .any(|m| m.message_id == old.message_id)
+            {
+                self.task.history.push(old);
+            }
+        }
+        Ok(StreamResponse {
+            payload: Some(Payload::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: self.task.id.clone(),
+                context_id: self.task.context_id.clone(),
+                status: Some(status),
+                metadata: update.metadata,
+            })),
+        })
+    }
+
+    fn apply_artifact(&mut self, update: ArtifactUpdate) -> Result<StreamResponse, ApplyError> {
+        let ArtifactUpdate {
+            artifact,
+            append,
+            last_chunk,
+            metadata,
+        } = update;
+        let id = &artifact.artifact_id;
+        if id.is_empty() {
+            return Err(ApplyError::EmptyArtifactId);
+        }
+        if artifact.parts.is_empty() {
+            return Err(ApplyError::EmptyArtifact(id.clone()));
+        }
+        if self.sealed_artifacts.contains(id) {
+            return Err(ApplyError::SealedArtifact(id.clone()));
+        }
+        let existing = self
+            .task
+            .artifacts
+            .iter_mut()
+            .find(|a| a.artifact_id == *id);
+        match (append, existing) {
+            (true, None) => return Err(ApplyError::UnknownArtifact(id.clone())),
+            (true, Some(target)) => extend_artifact(target, &artifact),
+            (false, Some(target)) => *target = artifact.clone(),
+            (false, None) => self.task.artifacts.push(artifact.clone()),
+        }
+        if last_chunk {
+            self.sealed_artifacts.push(id.clone());
+        }
+        Ok(StreamResponse {
+            payload: Some(Payload::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: self.task.id.clone(),
+                context_id: self.task.context_id.clone(),
+                artifact: Some(artifact),
+                append,
+                last_chunk,
+                metadata,
+            })),
+        })
+    }
+}
+
+/// Appends a chunk to an artifact: parts are added in order; a chunk's name,
+/// description, metadata keys and extensions fill in or override.
+fn extend_artifact(target: &mut Artifact, chunk: &Artifact) {
+    target.parts.extend(chunk.parts.iter().cloned());
+    if !chunk.name.is_empty() {
+        target.name = chunk.name.clone();
+    }
+    if !chunk.description.is_empty() {
+        target.description = chunk.description.clone();
+    }
+    if let Some(extra) = &chunk.metadata {
+        let fields = &mut target.metadata.get_or_insert_with(Default::default).fields;
+        fields.extend(extra.fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    for ext in &chunk.extensions {
+        if !target.extensions.contains(ext) {
+            target.extensions.push(ext.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{Part, part::Content};
+
+    const REAL: [TaskState; 8] = [
+        TaskState::Submitted,
+        TaskState::Working,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Canceled,
+        TaskState::InputRequired,
+        TaskState::Rejected,
+        TaskState::AuthRequired,
+    ];
+
+    fn ts(seconds: i64) -> Timestamp {
+        Timestamp { seconds, nanos: 0 }
+    }
+
+    fn text_part(text: &str) -> Part {
+        Part {
+            content: Some(Content::Text(text.into())),
+            ..Default::default()
+        }
+    }
+
+    fn message(id: &str, role: Role, text: &str) -> Message {
+        Message {
+            message_id: id.into(),
+            role: role as i32,
+            parts: vec![text_part(text)],
+            ..Default::default()
+        }
+    }
+
+    fn record() -> TaskRecord {
+        TaskRecord::submitted(
+            "t1".into(),
+            "c1".into(),
+            message("u1", Role::User, "hi"),
+            ts(1),
+        )
+    }
+
+    fn record_in(state: TaskState) -> TaskRecord {
+        let mut r = record();
+        r.task.status.as_mut().unwrap().state = state as i32;
+        r
+    }
+
+    fn status(state: TaskState, msg: Option<Message>) -> TaskEvent {
+        TaskEvent::Status(StatusUpdate {
+            state,
+            message: msg,
+            metadata: None,
+        })
+    }
+
+    fn artifact(id: &str, text: &str, append: bool, last_chunk: bool) -> TaskEvent {
+        TaskEvent::Artifact(ArtifactUpdate {
+            artifact: Artifact {
+                artifact_id: id.into(),
+                parts: vec![text_part(text)],
+                ..Default::default()
+            },
+            append,
+            last_chunk,
+            metadata: None,
+        })
+    }
+
+    fn texts(a: &Artifact) -> Vec<&str> {
+        a.parts
+            .iter()
+            .map(|p| match &p.content {
+                Some(Content::Text(t)) => t.as_str(),
+                _ => "",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn submitted_task_starts_with_the_message_in_history() {
+        let r = record();
+        assert_eq!(r.state(), TaskState::Submitted);
+        assert_eq!(r.task.history.len(), 1);
+        assert_eq!(r.task.history[0].task_id, "t1");
+        assert_eq!(r.task.history[0].context_id, "c1");
+        assert_eq!(r.task.status.as_ref().unwrap().timestamp, Some(ts(1)));
+    }
+
+    /// Every state x every event kind: terminal states refuse all, others
+    /// accept all (permissive policy), and a refused event changes nothing.
+    #[test]
+    fn every_state_times_every_event() {
+        for from in REAL {
+            let events = REAL
+                .iter()
+                .map(|s| status(*s, None))
+                .chain([
+                    artifact("a", "x", false, false),
+                    TaskEvent::UserMessage(message("u2", Role::User, "more")),
+                ])
+                .collect::<Vec<_>>();
+            for event in events {
+                let mut r = record_in(from);
+                let before = r.clone();
+                let result = r.apply(event.clone(), ts(5), TransitionPolicy::Permissive);
+                if from.is_terminal() {
+                    assert_eq!(
+                        result,
+                        Err(ApplyError::Terminal(from)),
+                        "{from:?} {event:?}"
+                    );
+                    assert_eq!(r, before, "refused event must not change the task");
+                } else {
+                    let out = result.unwrap_or_else(|e| panic!("{from:?} {event:?}: {e}"));
+                    match event {
+                        TaskEvent::Status(u) => {
+                            assert_eq!(r.state(), u.state);
+                            assert!(matches!(
+                                out.and_then(|o| o.payload),
+                                Some(Payload::StatusUpdate(_))
+                            ));
+                        }
+                        TaskEvent::Artifact(_) => {
+                            assert_eq!(r.task.artifacts.len(), 1);
+                            assert!(matches!(
+                                out.and_then(|o| o.payload),
+                                Some(Payload::ArtifactUpdate(_))
+                            ));
+                        }
+                        TaskEvent::UserMessage(_) => {
+                            assert_eq!(r.task.history.len(), 2);
+                            assert_eq!(out, None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn status_update_replaces_status_and_stamps_server_time() {
+        let mut r = record();
+        let out = r
+            .apply(
+                status(TaskState::Working, None),
+                ts(7),
+                TransitionPolicy::Permissive,
+            )
+            .unwrap()
+            .unwrap();
+        let st = r.task.status.as_ref().unwrap();
+        assert_eq!(st.state, TaskState::Working as i32);
+        assert_eq!(st.timestamp, Some(ts(7)));
+        let Some(Payload::StatusUpdate(ev)) = out.payload else {
+            panic!()
+        };
+        assert_eq!(ev.task_id, "t1");
+        assert_eq!(ev.context_id, "c1");
+        assert_eq!(ev.status.as_ref(), Some(st));
+    }
+
+    #[test]
+    fn superseded_status_message_moves_into_history() {
+        let mut r = record();
+        let p = TransitionPolicy::Permissive;
+        r.apply(
+            status(
+                TaskState::Working,
+                Some(message("s1", Role::Agent, "working")),
+            ),
+            ts(2),
+            p,
+        )
+        .unwrap();
+        assert_eq!(
+            r.task.history.len(),
+            1,
+            "current status message stays in status"
+        );
+        r.apply(
+            status(
+                TaskState::InputRequired,
+                Some(message("s2", Role::Agent, "need diff")),
+            ),
+            ts(3),
+            p,
+        )
+        .unwrap();
+        let ids: Vec<_> = r
+            .task
+            .history
+            .iter()
+            .map(|m| m.message_id.as_str())
+            .collect();
+        assert_eq!(ids, ["u1", "s1"]);
+        assert_eq!(r.task.history[1].task_id, "t1");
+        assert_eq!(r.task.history[1].context_id, "c1");
+        assert_eq!(
+            r.task
+                .status
+                .as_ref()
+                .unwrap()
+                .message
+                .as_ref()
+                .unwrap()
+                .message_id,
+            "s2"
+        );
+        // A repeated status message is not duplicated in history.
+        r.apply(
+            status(
+                TaskState::InputRequired,
+                Some(message("s2", Role::Agent, "again")),
+            ),
+            ts(4),
+            p,
+        )
+        .unwrap();
+        r.apply(status(TaskState::Working, None), ts(5), p).unwrap();
+        let ids: Vec<_> = r
+            .task
+            .history
+            .iter()
+            .map(|m| m.message_id.as_str())
+            .collect();
+        assert_eq!(ids, ["u1", "s1", "s2"]);
+    }
+
+    #[test]
+    fn status_message_without_role_becomes_agent() {
+        let mut r = record();
+        let mut m = message("s1", Role::Agent, "x");
+        m.role = Role::Unspecified as i32;
+        r.apply(
+            status(TaskState::Working, Some(m)),
+            ts(2),
+            TransitionPolicy::Permissive,
+        )
+        .unwrap();
+        let st = r.task.status.unwrap();
+        assert_eq!(st.message.unwrap().role, Role::Agent as i32);
+    }
+
+    #[test]
+    fn user_message_joins_history_tagged_with_task() {
+        let mut r = record_in(TaskState::InputRequired);
+        r.apply(
+            TaskEvent::UserMessage(message("u2", Role::User, "diff")),
+            ts(2),
+            TransitionPolicy::Permissive,
+        )
+        .unwrap();
+        assert_eq!(r.task.history[1].message_id, "u2");
+        assert_eq!(r.task.history[1].task_id, "t1");
+        assert_eq!(r.task.history[1].context_id, "c1");
+        assert_eq!(
+            r.state(),
+            TaskState::InputRequired,
+            "a message does not change state"
+        );
+    }
+
+    #[test]
+    fn message_for_another_task_or_without_id_is_refused() {
+        let mut r = record();
+        let mut m = message("u2", Role::User, "x");
+        m.task_id = "other".into();
+        let p = TransitionPolicy::Permissive;
+        assert!(matches!(
+            r.apply(TaskEvent::UserMessage(m), ts(2), p),
+            Err(ApplyError::ForeignMessage(..))
+        ));
+        assert_eq!(
+            r.apply(
+                TaskEvent::UserMessage(message("", Role::User, "x")),
+                ts(2),
+                p
+            ),
+            Err(ApplyError::EmptyMessageId)
+        );
+    }
+
+    #[test]
+    fn artifact_chunks_append_then_seal() {
+        let mut r = record_in(TaskState::Working);
+        let p = TransitionPolicy::Permissive;
+        r.apply(artifact("rep", "a", false, false), ts(2), p)
+            .unwrap();
+        r.apply(artifact("rep", "b", true, false), ts(2), p)
+            .unwrap();
+        let out = r
+            .apply(artifact("rep", "c", true, true), ts(2), p)
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.task.artifacts.len(), 1);
+        assert_eq!(texts(&r.task.artifacts[0]), ["a", "b", "c"]);
+        // The broadcast event carries the chunk, not the merged artifact.
+        let Some(Payload::ArtifactUpdate(ev)) = out.payload else {
+            panic!()
+        };
+        assert!(ev.append && ev.last_chunk);
+        assert_eq!(texts(ev.artifact.as_ref().unwrap()), ["c"]);
+        // Sealed: neither append nor replace may change it.
+        let before = r.clone();
+        assert_eq!(
+            r.apply(artifact("rep", "d", true, false), ts(2), p),
+            Err(ApplyError::SealedArtifact("rep".into()))
+        );
+        assert_eq!(
+            r.apply(artifact("rep", "d", false, true), ts(2), p),
+            Err(ApplyError::SealedArtifact("rep".into()))
+        );
+        assert_eq!(r, before);
+    }
+
+    #[test]
+    fn artifact_without_append_replaces_same_id_and_adds_new_ids() {
+        let mut r = record_in(TaskState::Working);
+        let p = TransitionPolicy::Permissive;
+        r.apply(artifact("a", "1", false, false), ts(2), p).unwrap();
+        r.apply(artifact("b", "2", false, false), ts(2), p).unwrap();
+        r.apply(artifact("a", "3", false, false), ts(2), p).unwrap();
+        assert_eq!(r.task.artifacts.len(), 2);
+        assert_eq!(texts(&r.task.artifacts[0]), ["3"]);
+        assert_eq!(texts(&r.task.artifacts[1]), ["2"]);
+    }
+
+    #[test]
+    fn append_merges_metadata_name_and_extensions() {
+        let mut r = record_in(TaskState::Working);
+        let p = TransitionPolicy::Permissive;
+        r.apply(artifact("a", "1", false, false), ts(2), p).unwrap();
+        let mut chunk = Artifact {
+            artifact_id: "a".into(),
+            name: "report".into(),
+            parts: vec![text_part("2")],
+            extensions: vec!["urn:x".into()],
+            ..Default::default()
+        };
+        chunk.metadata = Some(Struct {
+            fields: [("k".to_string(), prost_types::Value::from(1.0))].into(),
+        });
+        let ev = TaskEvent::Artifact(ArtifactUpdate {
+            artifact: chunk,
+            append: true,
+            last_chunk: false,
+            metadata: None,
+        });
+        r.apply(ev.clone(), ts(2), p).unwrap();
+        r.apply(ev, ts(2), p).unwrap();
+        let a = &r.task.artifacts[0];
+        assert_eq!(texts(a), ["1", "2", "2"]);
+        assert_eq!(a.name, "report");
+        assert_eq!(a.extensions, ["urn:x"]);
+        assert!(a.metadata.as_ref().unwrap().fields.contains_key("k"));
+    }
+
+    #[test]
+    fn malformed_artifacts_are_agent_errors() {
+        let mut r = record_in(TaskState::Working);
+        let p = TransitionPolicy::Permissive;
+        assert_eq!(
+            r.apply(artifact("", "x", false, false), ts(2), p),
+            Err(ApplyError::EmptyArtifactId)
+        );
+        assert_eq!(
+            r.apply(artifact("nope", "x", true, false), ts(2), p),
+            Err(ApplyError::UnknownArtifact("nope".into()))
+        );
+        let empty = TaskEvent::Artifact(ArtifactUpdate {
+            artifact: Artifact {
+                artifact_id: "e".into(),
+                ..Default::default()
+            },
+            append: false,
+            last_chunk: false,
+            metadata: None,
+        });
+        assert_eq!(
+            r.apply(empty, ts(2), p),
+            Err(ApplyError::EmptyArtifact("e".into()))
+        );
+        assert!(r.task.artifacts.is_empty());
+    }
+
+    #[test]
+    fn strict_policy_refuses_transitions_outside_its_table() {
+        let mut r = record();
+        let err = r
+            .apply(
+                status(TaskState::Completed, None),
+                ts(2),
+                TransitionPolicy::Strict,
+            )
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            ApplyError::Transition(TransitionError::NotInTable(..))
+        ));
+        assert_eq!(r.state(), TaskState::Submitted);
+    }
+
+    #[test]
+    fn unspecified_status_is_refused() {
+        let mut r = record();
+        let err = r
+            .apply(
+                status(TaskState::Unspecified, None),
+                ts(2),
+                TransitionPolicy::Permissive,
+            )
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            ApplyError::Transition(TransitionError::InvalidState(_))
+        ));
+    }
+}

@@ -1,0 +1,23 @@
+//! The lifecycle core: the pure rules of the A2A task lifecycle.
+//!
+//! This module owns which states exist and how they are classified
+//! ([`state`]), how states are named on the wire ([`names`]), which
+//! transitions are allowed ([`transition`]), how events change a task's
+//! status, history and artifacts ([`apply`]) and how much history a reader
+//! sees ([`history`]).
+//!
+//! It performs no I/O and knows nothing of tonic or of storage, so every
+//! backend and the service share one set of rules and the rules can be tested
+//! alone.
+
+pub mod apply;
+pub mod history;
+pub mod names;
+pub mod state;
+pub mod transition;
+
+pub use apply::{ApplyError, ArtifactUpdate, StatusUpdate, TaskEvent, TaskRecord};
+pub use history::{HistoryLength, HistoryLengthError};
+pub use names::{StateNameError, parse_state_name, state_name};
+pub use state::{StateClass, StateError, classify, state_from_i32};
+pub use transition::{TransitionError, TransitionPolicy};

@@ -1,0 +1,263 @@
+//! The `a2a-lifecycle` command: `serve` runs the server with the demo
+//! agents; the other subcommands are a small gRPC client for it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+use tracing_subscriber::EnvFilter;
+
+use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
+use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+use a2a_lifecycle::proto::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, Role,
+    SendMessageConfiguration, SendMessageRequest, SubscribeToTaskRequest, part::Content,
+};
+use a2a_lifecycle::runtime::RuntimeConfig;
+use a2a_lifecycle::server::{ServerParts, serve, shutdown_signal};
+use a2a_lifecycle::store::{MemoryStore, TaskStore};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "A2A protocol v1.0 gRPC server with a durable task lifecycle"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server with the demo agents.
+    Serve {
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        listen: SocketAddr,
+        /// Task store: `memory`.
+        #[arg(long, default_value = "memory")]
+        store: String,
+        /// Enforce seed 001's stricter transition table (see README).
+        #[arg(long)]
+        strict_transitions: bool,
+    },
+    /// Send a text message.
+    Send {
+        #[command(flatten)]
+        target: Target,
+        /// Continue this task.
+        #[arg(long)]
+        task_id: Option<String>,
+        #[arg(long)]
+        context_id: Option<String>,
+        /// Stream events (SendStreamingMessage).
+        #[arg(long)]
+        stream: bool,
+        /// Return as soon as the task exists.
+        #[arg(long)]
+        return_immediately: bool,
+        text: String,
+    },
+    /// Get a task.
+    Get {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        history_length: Option<i32>,
+        id: String,
+    },
+    /// List tasks.
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// A state name: TASK_STATE_WORKING or the 0.3 name `working`.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        context_id: Option<String>,
+        #[arg(long)]
+        page_size: Option<i32>,
+        #[arg(long)]
+        page_token: Option<String>,
+    },
+    /// Cancel a task.
+    Cancel {
+        #[command(flatten)]
+        target: Target,
+        id: String,
+    },
+    /// Stream a task's events.
+    Subscribe {
+        #[command(flatten)]
+        target: Target,
+        id: String,
+    },
+}
+
+#[derive(clap::Args)]
+struct Target {
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    server: String,
+    /// The agent: "" (test-runner), test-runner, code-reviewer, deployer.
+    #[arg(long, default_value = "")]
+    tenant: String,
+}
+
+impl Target {
+    async fn client(&self) -> Result<A2aServiceClient<Channel>, Box<dyn std::error::Error>> {
+        Ok(A2aServiceClient::connect(self.server.clone()).await?)
+    }
+}
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            listen,
+            store,
+            strict_transitions,
+        } => {
+            let store = open_store(&store).map_err(|e| e as Box<dyn std::error::Error>)?;
+            let listener = TcpListener::bind(listen).await?;
+            let runtime = RuntimeConfig {
+                policy: if strict_transitions {
+                    TransitionPolicy::Strict
+                } else {
+                    TransitionPolicy::Permissive
+                },
+                ..Default::default()
+            };
+            let parts = ServerParts {
+                store,
+                agents: demo_router(),
+                runtime,
+            };
+            serve(listener, parts, shutdown_signal())
+                .await
+                .map_err(|e| e as Box<dyn std::error::Error>)?;
+        }
+        Command::Send {
+            target,
+            task_id,
+            context_id,
+            stream,
+            return_immediately,
+            text,
+        } => {
+            let mut client = target.client().await?;
+            let request = SendMessageRequest {
+                tenant: target.tenant.clone(),
+                message: Some(Message {
+                    message_id: uuid::Uuid::new_v4().to_string(),
+                    task_id: task_id.unwrap_or_default(),
+                    context_id: context_id.unwrap_or_default(),
+                    role: Role::User as i32,
+                    parts: vec![Part {
+                        content: Some(Content::Text(text)),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                configuration: Some(SendMessageConfiguration {
+                    return_immediately,
+                    ..Default::default()
+                }),
+                metadata: None,
+            };
+            if stream {
+                let mut events = client.send_streaming_message(request).await?.into_inner();
+                while let Some(event) = events.message().await? {
+                    println!("{event:#?}");
+                }
+            } else {
+                println!("{:#?}", client.send_message(request).await?.into_inner());
+            }
+        }
+        Command::Get {
+            target,
+            history_length,
+            id,
+        } => {
+            let task = target
+                .client()
+                .await?
+                .get_task(GetTaskRequest {
+                    tenant: target.tenant.clone(),
+                    id,
+                    history_length,
+                })
+                .await?;
+            println!("{:#?}", task.into_inner());
+        }
+        Command::List {
+            target,
+            state,
+            context_id,
+            page_size,
+            page_token,
+        } => {
+            let status = match state {
+                Some(name) => parse_state_name(&name)? as i32,
+                None => 0,
+            };
+            let page = target
+                .client()
+                .await?
+                .list_tasks(ListTasksRequest {
+                    tenant: target.tenant.clone(),
+                    context_id: context_id.unwrap_or_default(),
+                    status,
+                    page_size,
+                    page_token: page_token.unwrap_or_default(),
+                    ..Default::default()
+                })
+                .await?;
+            println!("{:#?}", page.into_inner());
+        }
+        Command::Cancel { target, id } => {
+            let task = target
+                .client()
+                .await?
+                .cancel_task(CancelTaskRequest {
+                    tenant: target.tenant.clone(),
+                    id,
+                    metadata: None,
+                })
+                .await?;
+            println!("{:#?}", task.into_inner());
+        }
+        Command::Subscribe { target, id } => {
+            let mut events = target
+                .client()
+                .await?
+                .subscribe_to_task(SubscribeToTaskRequest {
+                    tenant: target.tenant.clone(),
+                    id,
+                })
+                .await?
+                .into_inner();
+            while let Some(event) = events.message().await? {
+                println!("{event:#?}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn open_store(spec: &str) -> Result<Arc<dyn TaskStore>, AnyError> {
+    match spec {
+        "memory" => Ok(Arc::new(MemoryStore::new())),
+        other => Err(format!("unknown --store {other:?}; supported: memory").into()),
+    }
+}

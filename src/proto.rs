@@ -1,0 +1,11 @@
+//! Generated protobuf types, tonic server and client for `lf.a2a.v1`
+//! (the official `a2a.proto`, compiled by `build.rs`).
+
+#![allow(clippy::all, missing_docs)]
+
+tonic::include_proto!("lf.a2a.v1");
+
+/// The encoded `FileDescriptorSet` of `a2a.proto` and everything it imports,
+/// served by gRPC reflection (v1 and v1alpha).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/a2a_descriptor.bin"));

@@ -1,0 +1,275 @@
+//! One task while something uses it: its cached record, its lock, its
+//! broadcast and its progress signal.
+//!
+//! A `LiveTask` exists while a run, a stream or a request holds it, and is
+//! forgotten when the last holder drops it; the store stays the source of
+//! truth and the cache is reloaded from it after any failed write.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::{MutexGuard, broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{Shared, TaskHandle, TaskKey, now, store_error};
+use crate::error::A2aError;
+use crate::lifecycle::history::task_view;
+use crate::lifecycle::{ApplyError, HistoryLength, TaskEvent, TaskRecord};
+use crate::proto::{StreamResponse, Task, TaskState, stream_response::Payload};
+use crate::store::StoreError;
+
+/// What blocking waiters watch: the state, how many status events have been
+/// applied, and how many runs have finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub state: TaskState,
+    pub status_seq: u64,
+    pub runs_finished: u64,
+}
+
+/// The cached task and the broadcast to its subscribers. The sender is
+/// created on first subscription: most tasks are never streamed, and the
+/// ring costs `subscriber_buffer` slots.
+pub(crate) struct Loaded {
+    pub(crate) record: TaskRecord,
+    pub(crate) version: u64,
+    events: Option<broadcast::Sender<Arc<StreamResponse>>>,
+}
+
+impl Loaded {
+    pub(crate) fn new(record: TaskRecord, version: u64) -> Self {
+        Loaded {
+            record,
+            version,
+            events: None,
+        }
+    }
+}
+
+pub(crate) type StateGuard<'a> = MutexGuard<'a, Option<Loaded>>;
+
+/// Why an event was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyFailure {
+    #[error(transparent)]
+    Rejected(#[from] ApplyError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<ApplyFailure> for A2aError {
+    fn from(f: ApplyFailure) -> A2aError {
+        match f {
+            ApplyFailure::Rejected(e) => A2aError::Internal(e.to_string()),
+            ApplyFailure::Store(e) => store_error(e),
+        }
+    }
+}
+
+pub(crate) struct LiveTask {
+    key: TaskKey,
+    shared: Weak<Shared>,
+    /// `None` until loaded from the store (or after a failed write).
+    state: tokio::sync::Mutex<Option<Loaded>>,
+    pub(crate) progress: watch::Sender<Progress>,
+    /// Held for the whole of an executor run.
+    pub(crate) run_lock: Arc<tokio::sync::Mutex<()>>,
+    run_cancel: Mutex<Option<CancellationToken>>,
+}
+
+impl Drop for LiveTask {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.forget(&self.key);
+        }
+    }
+}
+
+/// Conflicting concurrent writers (another replica) are retried this often
+/// from the fresh copy before the write fails.
+const MAX_CONFLICT_RETRIES: usize = 3;
+
+impl LiveTask {
+    pub(crate) fn new(key: TaskKey, shared: Weak<Shared>) -> Self {
+        LiveTask {
+            key,
+            shared,
+            state: tokio::sync::Mutex::new(None),
+            progress: watch::Sender::new(Progress {
+                state: TaskState::Unspecified,
+                status_seq: 0,
+                runs_finished: 0,
+            }),
+            run_lock: Arc::new(tokio::sync::Mutex::new(())),
+            run_cancel: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn key(&self) -> &TaskKey {
+        &self.key
+    }
+
+    /// Locks the task, loading it from the store first if needed.
+    pub(crate) async fn lock_loaded(&self, shared: &Shared) -> Result<StateGuard<'_>, A2aError> {
+        let mut guard = self.state.lock().await;
+        if guard.is_none() {
+            let stored = shared
+                .store
+                .get(&self.key.tenant, &self.key.id)
+                .await
+                .map_err(store_error)?
+                .ok_or_else(|| A2aError::TaskNotFound {
+                    task_id: self.key.id.clone(),
+                })?;
+            let state = stored.record.state();
+            self.progress.send_modify(|p| p.state = state);
+            *guard = Some(Loaded::new(stored.record, stored.version));
+        }
+        Ok(guard)
+    }
+
+    /// Installs a freshly created task (version from `TaskStore::create`).
+    pub(crate) async fn install(&self, loaded: Loaded) -> StateGuard<'_> {
+        let mut guard = self.state.lock().await;
+        let state = loaded.record.state();
+        self.progress.send_modify(|p| p.state = state);
+        *guard = Some(loaded);
+        guard
+    }
+
+    /// Applies `event` under the held lock: lifecycle core, then store, then
+    /// broadcast and progress. Nothing is told before the store accepted it.
+    pub(crate) async fn apply_locked(
+        &self,
+        shared: &Shared,
+        guard: &mut StateGuard<'_>,
+        event: TaskEvent,
+    ) -> Result<(), ApplyFailure> {
+        let mut attempt = 0;
+        loop {
+            let loaded = guard.as_mut().expect("apply on a loaded task");
+            let mut next = loaded.record.clone();
+            let out = next.apply(event.clone(), now(), shared.config.policy)?;
+            match shared
+                .store
+                .update(&self.key.tenant, &next, loaded.version)
+                .await
+            {
+                Ok(version) => {
+                    loaded.record = next;
+                    loaded.version = version;
+                    self.publish(loaded, out);
+                    return Ok(());
+                }
+                Err(StoreError::Conflict { .. }) if attempt < MAX_CONFLICT_RETRIES => {
+                    attempt += 1;
+                    self.reload(shared, guard).await?;
+                }
+                Err(e) => {
+                    // The cache may now differ from the store: reload on next use.
+                    **guard = None;
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    async fn reload(&self, shared: &Shared, guard: &mut StateGuard<'_>) -> Result<(), StoreError> {
+        let stored = shared
+            .store
+            .get(&self.key.tenant, &self.key.id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
+        let loaded = guard.as_mut().expect("reload a loaded task");
+        loaded.record = stored.record;
+        loaded.version = stored.version;
+        Ok(())
+    }
+
+    fn publish(&self, loaded: &mut Loaded, out: Option<StreamResponse>) {
+        let Some(out) = out else { return };
+        if let Some(Payload::StatusUpdate(update)) = &out.payload {
+            let state = update
+                .status
+                .as_ref()
+                .and_then(|s| TaskState::try_from(s.state).ok())
+                .unwrap_or(TaskState::Unspecified);
+            self.progress.send_modify(|p| {
+                p.state = state;
+                p.status_seq += 1;
+            });
+        }
+        if let Some(tx) = &loaded.events
+            && tx.receiver_count() > 0
+        {
+            // Err only when every receiver is gone; nothing to do then.
+            let _ = tx.send(Arc::new(out));
+        }
+    }
+
+    /// A request's handle on the task, taken under the lock so that the
+    /// snapshot and the subscription start at the same point.
+    pub(crate) fn handle(
+        self: &Arc<Self>,
+        loaded: &mut Loaded,
+        history: HistoryLength,
+        subscribe: bool,
+    ) -> TaskHandle {
+        let events = subscribe.then(|| self.subscribe_locked(loaded));
+        TaskHandle {
+            live: self.clone(),
+            snapshot: task_view(&loaded.record.task, history, true),
+            events,
+            baseline: *self.progress.borrow(),
+            history,
+        }
+    }
+
+    fn subscribe_locked(&self, loaded: &mut Loaded) -> broadcast::Receiver<Arc<StreamResponse>> {
+        let capacity = self
+            .shared
+            .upgrade()
+            .map(|s| s.config.subscriber_buffer)
+            .unwrap_or(super::SUBSCRIBER_BUFFER);
+        loaded
+            .events
+            .get_or_insert_with(|| broadcast::channel(capacity).0)
+            .subscribe()
+    }
+
+    /// A fresh snapshot and a new subscription from the same point, for a
+    /// subscriber that fell behind.
+    pub(crate) async fn resubscribe(
+        &self,
+        shared: &Shared,
+    ) -> Result<(Task, broadcast::Receiver<Arc<StreamResponse>>), A2aError> {
+        let mut guard = self.lock_loaded(shared).await?;
+        let loaded = guard.as_mut().expect("loaded");
+        let rx = self.subscribe_locked(loaded);
+        Ok((loaded.record.task.clone(), rx))
+    }
+
+    /// The current task as a reader asked for it.
+    pub(crate) async fn view(
+        &self,
+        shared: &Shared,
+        history: HistoryLength,
+        include_artifacts: bool,
+    ) -> Result<Task, A2aError> {
+        let guard = self.lock_loaded(shared).await?;
+        let loaded = guard.as_ref().expect("loaded");
+        Ok(task_view(&loaded.record.task, history, include_artifacts))
+    }
+
+    pub(crate) fn set_run_cancel(&self, token: Option<CancellationToken>) {
+        *self.run_cancel.lock().expect("run_cancel poisoned") = token;
+    }
+
+    pub(crate) fn take_run_cancel(&self) -> Option<CancellationToken> {
+        self.run_cancel.lock().expect("run_cancel poisoned").take()
+    }
+
+    pub(crate) fn finish_run(&self) {
+        self.set_run_cancel(None);
+        self.progress.send_modify(|p| p.runs_finished += 1);
+    }
+}

@@ -1,0 +1,99 @@
+//! Starting and supervising executor runs.
+//!
+//! Each run is two tokio tasks: the executor itself and a supervisor that
+//! awaits it, so an executor that panics is caught by its `JoinHandle`
+//! (never unwinding into the server) and its task is FAILED by
+//! [`EventSink::finish`].
+
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, oneshot};
+
+use super::sink::{EventSink, SinkInner, SinkMode};
+use super::{SendOutcome, Shared, TaskKey};
+use crate::agent::{AgentExecutor, RequestContext};
+use crate::error::A2aError;
+use crate::lifecycle::HistoryLength;
+use crate::proto::Message;
+
+/// Starts a run for a message without a task id and waits for the agent's
+/// first event, which decides between a task and a direct reply.
+pub(super) async fn start_new(
+    shared: &Arc<Shared>,
+    agent: Arc<dyn AgentExecutor>,
+    tenant: &str,
+    mut message: Message,
+    history: HistoryLength,
+    subscribe: bool,
+) -> Result<SendOutcome, A2aError> {
+    let task_id = uuid::Uuid::new_v4().to_string();
+    // spec §3.4.1: a client-chosen context_id is kept; otherwise one is made.
+    if message.context_id.is_empty() {
+        message.context_id = uuid::Uuid::new_v4().to_string();
+    }
+    message.task_id = task_id.clone();
+    let (tx, rx) = oneshot::channel();
+    let ctx = RequestContext {
+        tenant: tenant.to_owned(),
+        task_id: task_id.clone(),
+        context_id: message.context_id.clone(),
+        message: message.clone(),
+        task: None,
+        cancelled: shared.shutdown.child_token(),
+    };
+    let mode = SinkMode::Pending {
+        message,
+        history,
+        subscribe,
+        reply_to: Some(tx),
+    };
+    spawn(shared, agent, ctx, mode);
+    rx.await.unwrap_or_else(|_| {
+        Err(A2aError::Internal(
+            "the agent run ended without an answer".into(),
+        ))
+    })
+}
+
+/// Runs `agent` on `ctx` in the background with a sink in `mode`.
+pub(super) fn spawn(
+    shared: &Arc<Shared>,
+    agent: Arc<dyn AgentExecutor>,
+    ctx: RequestContext,
+    mode: SinkMode,
+) {
+    let sink = EventSink {
+        inner: Arc::new(SinkInner {
+            shared: shared.clone(),
+            key: TaskKey {
+                tenant: ctx.tenant.clone(),
+                id: ctx.task_id.clone(),
+            },
+            context_id: ctx.context_id.clone(),
+            cancel: ctx.cancelled.clone(),
+            mode: Mutex::new(mode),
+        }),
+    };
+    tokio::spawn(async move {
+        let execution = tokio::spawn({
+            let sink = sink.clone();
+            async move { agent.execute(ctx, sink).await }
+        });
+        let failure = match execution.await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("agent failed: {e}")),
+            Err(join) if join.is_panic() => {
+                let payload = join.into_panic();
+                let text = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                tracing::error!(task_id = %sink.task_id(), panic = %text, "agent panicked");
+                Some(format!("agent panicked: {text}"))
+            }
+            Err(_) => Some("agent run was aborted".into()),
+        };
+        sink.finish(failure).await;
+    });
+}

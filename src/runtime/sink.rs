@@ -1,0 +1,285 @@
+//! The [`EventSink`]: how an executor's events reach the task.
+//!
+//! For a new message the sink starts `Pending`: the first event decides
+//! between a direct reply (no task) and a task, which is then created in
+//! SUBMITTED, committed, handed to the waiting request together with its
+//! subscription, and only then changed by the event. After that every event
+//! goes through [`LiveTask::apply_locked`].
+
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
+
+use super::live::{ApplyFailure, LiveTask, Loaded};
+use super::{SendOutcome, Shared, TaskKey, agent_text, store_error};
+use crate::error::A2aError;
+use crate::lifecycle::{
+    ApplyError, ArtifactUpdate, HistoryLength, StatusUpdate, TaskEvent, TaskRecord,
+};
+use crate::proto::{Artifact, Message, Part, Role, TaskState, part::Content};
+use crate::store::StoreError;
+
+/// Why the sink refused an event. An executor should stop on any of them.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The lifecycle core refused the event (terminal task, sealed
+    /// artifact, ...): the task is unchanged.
+    #[error("event refused: {0}")]
+    Rejected(#[from] ApplyError),
+    #[error("task store failed: {0}")]
+    Store(#[from] StoreError),
+    #[error("the agent already replied with a message; this request has no task")]
+    AlreadyReplied,
+    #[error("a direct reply is only possible before a task exists")]
+    ReplyOnTask,
+    #[error("the run has ended")]
+    RunEnded,
+}
+
+impl From<ApplyFailure> for SinkError {
+    fn from(f: ApplyFailure) -> Self {
+        match f {
+            ApplyFailure::Rejected(e) => SinkError::Rejected(e),
+            ApplyFailure::Store(e) => SinkError::Store(e),
+        }
+    }
+}
+
+pub(crate) enum SinkMode {
+    /// No event yet for a new message.
+    Pending {
+        message: Message,
+        history: HistoryLength,
+        subscribe: bool,
+        reply_to: Option<oneshot::Sender<Result<SendOutcome, A2aError>>>,
+    },
+    /// The task exists; the run holds its run lock.
+    Live {
+        live: Arc<LiveTask>,
+        /// Held, never read: dropping it (run over) admits the next run.
+        _run_guard: Option<OwnedMutexGuard<()>>,
+    },
+    /// The agent answered with a direct message.
+    Replied,
+    /// The run is over.
+    Done,
+}
+
+pub(crate) struct SinkInner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) key: TaskKey,
+    pub(crate) context_id: String,
+    /// The run's cancellation token, registered on the task once it exists
+    /// so CancelTask can reach the executor.
+    pub(crate) cancel: tokio_util::sync::CancellationToken,
+    pub(crate) mode: Mutex<SinkMode>,
+}
+
+/// Where an executor sends its events. Cheap to clone.
+#[derive(Clone)]
+pub struct EventSink {
+    pub(crate) inner: Arc<SinkInner>,
+}
+
+impl EventSink {
+    pub fn task_id(&self) -> &str {
+        &self.inner.key.id
+    }
+
+    pub fn context_id(&self) -> &str {
+        &self.inner.context_id
+    }
+
+    /// Moves the task to `state`, with an optional agent text message.
+    pub async fn status(&self, state: TaskState, text: Option<&str>) -> Result<(), SinkError> {
+        self.status_update(StatusUpdate {
+            state,
+            message: text.map(agent_text),
+            metadata: None,
+        })
+        .await
+    }
+
+    pub async fn status_update(&self, update: StatusUpdate) -> Result<(), SinkError> {
+        self.emit(TaskEvent::Status(update)).await
+    }
+
+    /// Emits an artifact chunk (spec §4.2.2).
+    pub async fn artifact(&self, update: ArtifactUpdate) -> Result<(), SinkError> {
+        self.emit(TaskEvent::Artifact(update)).await
+    }
+
+    /// Emits a one-part text artifact chunk.
+    pub async fn artifact_text(
+        &self,
+        artifact_id: &str,
+        name: &str,
+        text: &str,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<(), SinkError> {
+        self.artifact(ArtifactUpdate {
+            artifact: Artifact {
+                artifact_id: artifact_id.to_owned(),
+                name: name.to_owned(),
+                parts: vec![Part {
+                    content: Some(Content::Text(text.to_owned())),
+                    media_type: "text/plain".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            append,
+            last_chunk,
+            metadata: None,
+        })
+        .await
+    }
+
+    /// Answers a new message with a direct agent message and no task
+    /// (spec §3.1.1). Only possible as the first event of a new message.
+    pub async fn reply(&self, mut message: Message) -> Result<(), SinkError> {
+        let mut mode = self.inner.mode.lock().await;
+        match &mut *mode {
+            SinkMode::Pending { reply_to, .. } => {
+                message.role = Role::Agent as i32;
+                if message.message_id.is_empty() {
+                    message.message_id = uuid::Uuid::new_v4().to_string();
+                }
+                message.context_id = self.inner.context_id.clone();
+                message.task_id.clear();
+                if let Some(tx) = reply_to.take() {
+                    let _ = tx.send(Ok(SendOutcome::Message(message)));
+                }
+                *mode = SinkMode::Replied;
+                Ok(())
+            }
+            SinkMode::Live { .. } => Err(SinkError::ReplyOnTask),
+            SinkMode::Replied => Err(SinkError::AlreadyReplied),
+            SinkMode::Done => Err(SinkError::RunEnded),
+        }
+    }
+
+    /// Convenience: a text reply.
+    pub async fn reply_text(&self, text: &str) -> Result<(), SinkError> {
+        self.reply(agent_text(text)).await
+    }
+
+    async fn emit(&self, event: TaskEvent) -> Result<(), SinkError> {
+        let mut mode = self.inner.mode.lock().await;
+        let live = match &mut *mode {
+            SinkMode::Pending { .. } => self.create_task(&mut mode).await?,
+            SinkMode::Live { live, .. } => live.clone(),
+            SinkMode::Replied => return Err(SinkError::AlreadyReplied),
+            SinkMode::Done => return Err(SinkError::RunEnded),
+        };
+        let shared = &self.inner.shared;
+        let mut state = live.lock_loaded(shared).await.map_err(|e| match e {
+            A2aError::TaskNotFound { task_id } => SinkError::Store(StoreError::NotFound(task_id)),
+            other => SinkError::Store(StoreError::Internal(other.to_string())),
+        })?;
+        live.apply_locked(shared, &mut state, event).await?;
+        Ok(())
+    }
+
+    /// Pending -> Live: commits the SUBMITTED task and answers the request
+    /// with a handle taken before any agent event is applied.
+    async fn create_task(&self, mode: &mut SinkMode) -> Result<Arc<LiveTask>, SinkError> {
+        let SinkMode::Pending {
+            message,
+            history,
+            subscribe,
+            reply_to,
+        } = std::mem::replace(mode, SinkMode::Done)
+        else {
+            unreachable!("create_task on a pending sink")
+        };
+        let shared = &self.inner.shared;
+        let key = &self.inner.key;
+        let record = TaskRecord::submitted(
+            key.id.clone(),
+            self.inner.context_id.clone(),
+            message,
+            super::now(),
+        );
+        let version = match shared.store.create(&key.tenant, &record).await {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(tx) = reply_to {
+                    let _ = tx.send(Err(store_error(e.clone())));
+                }
+                return Err(e.into());
+            }
+        };
+        let live = shared.live(key.clone());
+        let run_guard = live
+            .run_lock
+            .clone()
+            .try_lock_owned()
+            .expect("a new task has no other run");
+        live.set_run_cancel(Some(self.inner.cancel.clone()));
+        let mut state = live.install(Loaded::new(record, version)).await;
+        let handle = live.handle(state.as_mut().expect("installed"), history, subscribe);
+        drop(state);
+        if let Some(tx) = reply_to {
+            let _ = tx.send(Ok(SendOutcome::Task(handle)));
+        }
+        *mode = SinkMode::Live {
+            live: live.clone(),
+            _run_guard: Some(run_guard),
+        };
+        Ok(live)
+    }
+
+    /// Ends the run: a task left active (or any task, when the executor
+    /// failed) moves to FAILED with `failure` as its status message, so no
+    /// task is left stuck; then waiters are told the run is over.
+    pub(crate) async fn finish(&self, failure: Option<String>) {
+        let pending = matches!(*self.inner.mode.lock().await, SinkMode::Pending { .. });
+        if pending {
+            // The agent never answered: the client still gets a task, FAILED.
+            let reason = failure
+                .clone()
+                .unwrap_or_else(|| "the agent ended without responding".to_owned());
+            if let Err(e) = self.status(TaskState::Failed, Some(&reason)).await {
+                tracing::error!(task_id = %self.task_id(), error = %e, "could not record agent failure");
+            }
+        }
+        let mut mode = self.inner.mode.lock().await;
+        if let SinkMode::Live { live, .. } = &*mode {
+            let live = live.clone();
+            let shared = &self.inner.shared;
+            if let Ok(mut state) = live.lock_loaded(shared).await {
+                let current = state.as_ref().expect("loaded").record.state();
+                let reason = match (&failure, current) {
+                    (_, s) if s.is_terminal() => None,
+                    (Some(f), _) => Some(f.clone()),
+                    (None, s) if s.is_active() => Some(format!(
+                        "the agent stopped while the task was {}",
+                        s.as_str_name()
+                    )),
+                    (None, _) => None,
+                };
+                if let Some(reason) = reason {
+                    let event = TaskEvent::Status(StatusUpdate {
+                        state: TaskState::Failed,
+                        message: Some(agent_text(reason)),
+                        metadata: None,
+                    });
+                    if let Err(e) = live.apply_locked(shared, &mut state, event).await {
+                        tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task");
+                    }
+                }
+            }
+            live.finish_run();
+        }
+        if let SinkMode::Pending { reply_to, .. } = &mut *mode
+            && let Some(tx) = reply_to.take()
+        {
+            let _ = tx.send(Err(A2aError::Internal(
+                "the agent ended without responding".into(),
+            )));
+        }
+        *mode = SinkMode::Done;
+    }
+}

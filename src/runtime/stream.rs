@@ -1,0 +1,104 @@
+//! Task event streams for SendStreamingMessage and SubscribeToTask.
+//!
+//! A stream starts with the Task snapshot taken when the request was
+//! accepted, then yields the task's events in the order they were applied
+//! (spec §3.5.2) and closes right after the event that ends it.
+//!
+//! A subscriber that falls more than [`super::SUBSCRIBER_BUFFER`] events
+//! behind loses its place in the broadcast ring; instead of closing its
+//! stream, it is sent a fresh Task snapshot (which contains everything the
+//! missed events changed) and continues live from there. On server shutdown
+//! an open stream ends with UNAVAILABLE so the client knows to resubscribe.
+
+use futures_util::Stream;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::{TaskHandle, TaskManager};
+use crate::error::A2aError;
+use crate::proto::{StreamResponse, Task, TaskState, stream_response::Payload};
+
+/// When a stream closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseAt {
+    /// Terminal states only: SubscribeToTask (spec §3.1.6).
+    Terminal,
+    /// Terminal states and INPUT_REQUIRED: SendStreamingMessage, where the
+    /// agent's turn ends when it asks this client for input
+    /// (streaming-and-async "Stream Termination"). AUTH_REQUIRED keeps the
+    /// stream open: the agent may resume by itself (spec §7.6.1).
+    TerminalOrInputRequired,
+}
+
+impl CloseAt {
+    fn closes(self, state: TaskState) -> bool {
+        state.is_terminal()
+            || (self == CloseAt::TerminalOrInputRequired && state == TaskState::InputRequired)
+    }
+}
+
+fn event_state(event: &StreamResponse) -> Option<TaskState> {
+    match &event.payload {
+        Some(Payload::StatusUpdate(u)) => u.status.as_ref(),
+        Some(Payload::Task(t)) => t.status.as_ref(),
+        _ => None,
+    }
+    .and_then(|s| TaskState::try_from(s.state).ok())
+}
+
+fn task_event(task: Task) -> StreamResponse {
+    StreamResponse {
+        payload: Some(Payload::Task(task)),
+    }
+}
+
+impl TaskManager {
+    /// The stream of a task handle taken with `subscribe = true`.
+    pub fn event_stream(
+        &self,
+        handle: TaskHandle,
+        close_at: CloseAt,
+    ) -> impl Stream<Item = Result<StreamResponse, A2aError>> + Send + 'static {
+        let shared = self.shared.clone();
+        async_stream::stream! {
+            let TaskHandle { live, snapshot, events, .. } = handle;
+            let Some(mut rx) = events else {
+                yield Err(A2aError::Internal("stream without a subscription".into()));
+                return;
+            };
+            yield Ok(task_event(snapshot));
+            let shutdown = shared.shutdown.clone();
+            loop {
+                let received = tokio::select! {
+                    biased;
+                    r = rx.recv() => r,
+                    _ = shutdown.cancelled() => {
+                        yield Err(A2aError::Unavailable("server is shutting down".into()));
+                        break;
+                    }
+                };
+                let event = match received {
+                    Ok(event) => StreamResponse::clone(&event),
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(task_id = %live.key().id, missed, "subscriber lagged; resynchronising");
+                        match live.resubscribe(&shared).await {
+                            Ok((task, fresh)) => {
+                                rx = fresh;
+                                task_event(task)
+                            }
+                            Err(e) => {
+                                yield Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    Err(RecvError::Closed) => break,
+                };
+                let closes = event_state(&event).is_some_and(|s| close_at.closes(s));
+                yield Ok(event);
+                if closes {
+                    break;
+                }
+            }
+        }
+    }
+}

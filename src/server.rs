@@ -1,0 +1,100 @@
+//! Assembles the gRPC server: the A2A service, the standard health service
+//! and server reflection (v1 and v1alpha, so `grpcurl list/describe` work
+//! with no proto files), and serves it until a shutdown signal.
+//!
+//! Shutdown is designed in: the signal first fires the runtime's shutdown
+//! token, which ends every open stream with UNAVAILABLE and cancels running
+//! executors, then tonic stops accepting and drains in-flight calls.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use crate::agent::AgentRouter;
+use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::proto::a2a_service_server::A2aServiceServer;
+use crate::runtime::{RuntimeConfig, TaskManager};
+use crate::service::A2aGrpc;
+use crate::store::TaskStore;
+
+/// Largest encoded gRPC message accepted or sent (tonic's default, named).
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Everything a server needs.
+pub struct ServerParts {
+    pub store: Arc<dyn TaskStore>,
+    pub agents: AgentRouter,
+    pub runtime: RuntimeConfig,
+}
+
+/// Serves on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    parts: ServerParts,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let manager = TaskManager::new(parts.store, parts.agents, parts.runtime);
+    serve_manager(listener, manager, shutdown).await
+}
+
+/// Serves an existing [`TaskManager`] (for embedding and tests).
+pub async fn serve_manager(
+    listener: TcpListener,
+    manager: TaskManager,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<A2aServiceServer<A2aGrpc>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let a2a = A2aServiceServer::new(A2aGrpc::new(manager.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+
+    let token = manager.shutdown_token();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: ending open streams and draining calls");
+        token.cancel();
+    };
+    tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC");
+    Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(a2a)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .await?;
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

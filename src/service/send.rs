@@ -1,0 +1,60 @@
+//! SendMessage (spec §3.1.1, §3.2.2) and SendStreamingMessage (§3.1.2).
+
+use futures_util::StreamExt;
+use tonic::{Response, Status};
+
+use super::{EventStream, validate};
+use crate::proto::{
+    SendMessageRequest, SendMessageResponse, StreamResponse, send_message_response, stream_response,
+};
+use crate::runtime::stream::CloseAt;
+use crate::runtime::{SendOutcome, TaskManager};
+
+/// Blocking by default: returns once the task is terminal or interrupted;
+/// with `return_immediately`, returns the task as soon as it exists.
+pub async fn send_message(
+    manager: &TaskManager,
+    request: SendMessageRequest,
+) -> Result<Response<SendMessageResponse>, Status> {
+    let req = validate::send_request(request)?;
+    let outcome = manager
+        .send_message(&req.tenant, req.message, req.history, false)
+        .await?;
+    let payload = match outcome {
+        SendOutcome::Message(m) => send_message_response::Payload::Message(m),
+        SendOutcome::Task(handle) if req.return_immediately => {
+            send_message_response::Payload::Task(handle.snapshot)
+        }
+        SendOutcome::Task(handle) => {
+            send_message_response::Payload::Task(manager.wait(handle).await?)
+        }
+    };
+    Ok(Response::new(SendMessageResponse {
+        payload: Some(payload),
+    }))
+}
+
+/// A Message reply is a one-message stream; a task streams its snapshot,
+/// then its events, and closes at a terminal state or INPUT_REQUIRED.
+pub async fn send_streaming_message(
+    manager: &TaskManager,
+    request: SendMessageRequest,
+) -> Result<Response<EventStream>, Status> {
+    let req = validate::send_request(request)?;
+    let outcome = manager
+        .send_message(&req.tenant, req.message, req.history, true)
+        .await?;
+    let stream: EventStream = match outcome {
+        SendOutcome::Message(m) => Box::pin(futures_util::stream::once(async move {
+            Ok(StreamResponse {
+                payload: Some(stream_response::Payload::Message(m)),
+            })
+        })),
+        SendOutcome::Task(handle) => Box::pin(
+            manager
+                .event_stream(handle, CloseAt::TerminalOrInputRequired)
+                .map(|item| item.map_err(Status::from)),
+        ),
+    };
+    Ok(Response::new(stream))
+}

@@ -1,0 +1,65 @@
+//! GetTask (spec §3.1.3), ListTasks (§3.1.4), CancelTask (§3.1.5) and
+//! SubscribeToTask (§3.1.6).
+
+use futures_util::StreamExt;
+use tonic::{Response, Status};
+
+use super::{EventStream, validate};
+use crate::proto::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SubscribeToTaskRequest,
+    Task,
+};
+use crate::runtime::stream::CloseAt;
+use crate::runtime::{TaskManager, store_error};
+
+pub async fn get_task(
+    manager: &TaskManager,
+    req: GetTaskRequest,
+) -> Result<Response<Task>, Status> {
+    validate::task_id(&req.tenant, &req.id)?;
+    let history = validate::history_length(req.history_length)?;
+    Ok(Response::new(
+        manager.get_task(&req.tenant, &req.id, history).await?,
+    ))
+}
+
+pub async fn list_tasks(
+    manager: &TaskManager,
+    req: ListTasksRequest,
+) -> Result<Response<ListTasksResponse>, Status> {
+    let query = validate::list_request(&req)?;
+    let page = manager
+        .store()
+        .list(&req.tenant, &query)
+        .await
+        .map_err(store_error)?;
+    Ok(Response::new(ListTasksResponse {
+        tasks: page.tasks,
+        // spec §3.1.4: always present, empty on the last page.
+        next_page_token: page.next.map(|c| c.encode()).unwrap_or_default(),
+        page_size: query.page_size as i32,
+        total_size: i32::try_from(page.total_size).unwrap_or(i32::MAX),
+    }))
+}
+
+pub async fn cancel_task(
+    manager: &TaskManager,
+    req: CancelTaskRequest,
+) -> Result<Response<Task>, Status> {
+    validate::task_id(&req.tenant, &req.id)?;
+    Ok(Response::new(
+        manager.cancel_task(&req.tenant, &req.id).await?,
+    ))
+}
+
+pub async fn subscribe_to_task(
+    manager: &TaskManager,
+    req: SubscribeToTaskRequest,
+) -> Result<Response<EventStream>, Status> {
+    validate::task_id(&req.tenant, &req.id)?;
+    let handle = manager.subscribe(&req.tenant, &req.id).await?;
+    let stream = manager
+        .event_stream(handle, CloseAt::Terminal)
+        .map(|item| item.map_err(Status::from));
+    Ok(Response::new(Box::pin(stream)))
+}

@@ -1,0 +1,116 @@
+//! Task persistence: the [`TaskStore`] contract and its backends.
+//!
+//! A store keeps [`TaskRecord`]s keyed by (tenant, task id); tenants never
+//! see each other's tasks. Every stored task has a version that increases by
+//! one on each write, and [`TaskStore::update`] refuses a write made from a
+//! stale copy ([`StoreError::Conflict`]) instead of overwriting a newer state.
+//! Listing follows spec §3.1.4: newest status timestamp first, ties broken by
+//! task id, with opaque cursors ([`cursor`]).
+//!
+//! The store knows nothing of tonic or of agents; the lifecycle rules live in
+//! [`crate::lifecycle`], not here.
+
+pub mod cursor;
+pub mod memory;
+
+use async_trait::async_trait;
+use prost_types::Timestamp;
+
+pub use cursor::Cursor;
+pub use memory::MemoryStore;
+
+use crate::lifecycle::{HistoryLength, TaskRecord};
+use crate::proto::{Task, TaskState};
+
+/// Default ListTasks page size (proto `ListTasksRequest.page_size`).
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+/// Largest ListTasks page size (proto `ListTasksRequest.page_size`).
+pub const MAX_PAGE_SIZE: usize = 100;
+
+/// A stored task and its version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredTask {
+    pub record: TaskRecord,
+    pub version: u64,
+}
+
+/// A ListTasks query, already validated.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub context_id: Option<String>,
+    pub state: Option<TaskState>,
+    /// Only tasks whose status timestamp is >= this (proto
+    /// `status_timestamp_after`).
+    pub status_after: Option<Timestamp>,
+    pub page_size: usize,
+    pub cursor: Option<Cursor>,
+    pub history: HistoryLength,
+    pub include_artifacts: bool,
+}
+
+/// One page of ListTasks.
+#[derive(Debug, Clone, Default)]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<Cursor>,
+    /// Matching tasks in all pages.
+    pub total_size: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("task {0:?} already exists")]
+    AlreadyExists(String),
+    #[error("task {0:?} not found")]
+    NotFound(String),
+    #[error("task {id:?} changed since it was read (version {expected}, now {actual})")]
+    Conflict {
+        id: String,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("task store unavailable: {0}")]
+    Unavailable(String),
+    #[error("task store failure: {0}")]
+    Internal(String),
+}
+
+/// Durable home of tasks. Implementations must make a write visible to
+/// every later `get`/`list` once it returns `Ok`: the runtime tells clients
+/// and subscribers about a change only after that.
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new task at version 1.
+    async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError>;
+
+    /// The task and its version, or `None`.
+    async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError>;
+
+    /// Replaces the task if its stored version is still `expected_version`;
+    /// returns the new version.
+    async fn update(
+        &self,
+        tenant: &str,
+        record: &TaskRecord,
+        expected_version: u64,
+    ) -> Result<u64, StoreError>;
+
+    /// One page of the tenant's tasks (spec §3.1.4).
+    async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError>;
+}
+
+/// The sort key of a task in ListTasks: its status timestamp in nanoseconds.
+pub fn status_nanos(task: &Task) -> i64 {
+    task.status
+        .as_ref()
+        .and_then(|s| s.timestamp.as_ref())
+        .map(timestamp_nanos)
+        .unwrap_or(0)
+}
+
+pub fn timestamp_nanos(ts: &Timestamp) -> i64 {
+    ts.seconds
+        .saturating_mul(1_000_000_000)
+        .saturating_add(i64::from(ts.nanos))
+}
