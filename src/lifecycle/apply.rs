@@ -4,7 +4,10 @@
 //! - A status update replaces the status; the server stamps the timestamp.
 //!   The superseded status message, if any, moves into history, so nothing
 //!   the agent said is lost when it says the next thing.
-//! - A user message on the task joins history.
+//! - A user message on the task joins history. If the current status has a
+//!   message (typically the agent's question in INPUT_REQUIRED), that
+//!   message moves into history first and leaves the status, so history
+//!   stays in the order things were said (as the reference Python SDK does).
 //! - An artifact update without `append` creates the artifact, or replaces the
 //!   one with the same `artifact_id`; with `append` it extends that artifact's
 //!   parts. After `last_chunk` the artifact is sealed: a further update of it
@@ -140,6 +143,9 @@ impl TaskRecord {
             TaskEvent::Artifact(update) => self.apply_artifact(update).map(Some),
             TaskEvent::UserMessage(message) => {
                 let message = self.own_message(message)?;
+                if let Some(question) = self.task.status.as_mut().and_then(|s| s.message.take()) {
+                    self.push_history(question);
+                }
                 self.task.history.push(message);
                 Ok(None)
             }
@@ -205,6 +211,19 @@ impl TaskRecord {
                 metadata: update.metadata,
             })),
         })
+    }
+
+    /// Appends to history unless a message with the same id is already
+    /// there (an agent that repeats its status message): one copy each.
+    fn push_history(&mut self, message: Message) {
+        if !self
+            .task
+            .history
+            .iter()
+            .any(|m| m.message_id == message.message_id)
+        {
+            self.task.history.push(message);
+        }
     }
 
     fn apply_artifact(&mut self, update: ArtifactUpdate) -> Result<StreamResponse, ApplyError> {
@@ -517,6 +536,40 @@ mod tests {
         .unwrap();
         let st = r.task.status.unwrap();
         assert_eq!(st.message.unwrap().role, Role::Agent as i32);
+    }
+
+    /// History stays chronological: the agent's question (status message)
+    /// precedes the user's answer.
+    #[test]
+    fn user_message_after_a_status_question_keeps_history_in_order() {
+        let mut r = record();
+        let p = TransitionPolicy::Permissive;
+        r.apply(
+            status(
+                TaskState::InputRequired,
+                Some(message("q", Role::Agent, "diff?")),
+            ),
+            ts(2),
+            p,
+        )
+        .unwrap();
+        r.apply(
+            TaskEvent::UserMessage(message("u2", Role::User, "diff")),
+            ts(3),
+            p,
+        )
+        .unwrap();
+        let ids: Vec<_> = r
+            .task
+            .history
+            .iter()
+            .map(|m| m.message_id.as_str())
+            .collect();
+        assert_eq!(ids, ["u1", "q", "u2"]);
+        assert_eq!(r.task.status.as_ref().unwrap().message, None);
+        assert_eq!(r.state(), TaskState::InputRequired);
+        r.apply(status(TaskState::Working, None), ts(4), p).unwrap();
+        assert_eq!(r.task.history.len(), 3, "the question is not added twice");
     }
 
     #[test]

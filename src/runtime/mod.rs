@@ -83,7 +83,7 @@ pub enum SendOutcome {
     /// A direct agent reply; no task (spec §3.1.1).
     Message(Message),
     /// A task, new or continued.
-    Task(TaskHandle),
+    Task(Box<TaskHandle>),
 }
 
 /// A task a request is attached to: its snapshot when the request was
@@ -142,6 +142,12 @@ impl TaskManager {
 
     pub fn agents(&self) -> &AgentRouter {
         &self.shared.agents
+    }
+
+    /// How many tasks are held in memory right now (running, streamed or
+    /// in a request). Finished, unobserved tasks live only in the store.
+    pub fn live_task_count(&self) -> usize {
+        self.shared.live.lock().expect("live map poisoned").len()
     }
 
     /// Fired on graceful shutdown: open streams end, executors are cancelled.
@@ -235,7 +241,7 @@ impl TaskManager {
             _run_guard: Some(run_guard),
         };
         run::spawn(&self.shared, agent, ctx, mode);
-        Ok(SendOutcome::Task(handle))
+        Ok(SendOutcome::Task(Box::new(handle)))
     }
 
     /// Waits until the task reaches a terminal state, or an interrupted state
@@ -362,10 +368,5 @@ impl Shared {
         {
             map.remove(key);
         }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn live_count(&self) -> usize {
-        self.live.lock().unwrap().len()
     }
 }

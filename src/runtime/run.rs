@@ -42,7 +42,7 @@ pub(super) async fn start_new(
         cancelled: shared.shutdown.child_token(),
     };
     let mode = SinkMode::Pending {
-        message,
+        message: Box::new(message),
         history,
         subscribe,
         reply_to: Some(tx),

@@ -48,7 +48,7 @@ impl From<ApplyFailure> for SinkError {
 pub(crate) enum SinkMode {
     /// No event yet for a new message.
     Pending {
-        message: Message,
+        message: Box<Message>,
         history: HistoryLength,
         subscribe: bool,
         reply_to: Option<oneshot::Sender<Result<SendOutcome, A2aError>>>,
@@ -199,7 +199,7 @@ impl EventSink {
         let record = TaskRecord::submitted(
             key.id.clone(),
             self.inner.context_id.clone(),
-            message,
+            *message,
             super::now(),
         );
         let version = match shared.store.create(&key.tenant, &record).await {
@@ -222,7 +222,7 @@ impl EventSink {
         let handle = live.handle(state.as_mut().expect("installed"), history, subscribe);
         drop(state);
         if let Some(tx) = reply_to {
-            let _ = tx.send(Ok(SendOutcome::Task(handle)));
+            let _ = tx.send(Ok(SendOutcome::Task(Box::new(handle))));
         }
         *mode = SinkMode::Live {
             live: live.clone(),

@@ -26,7 +26,7 @@ pub async fn send_message(
             send_message_response::Payload::Task(handle.snapshot)
         }
         SendOutcome::Task(handle) => {
-            send_message_response::Payload::Task(manager.wait(handle).await?)
+            send_message_response::Payload::Task(manager.wait(*handle).await?)
         }
     };
     Ok(Response::new(SendMessageResponse {
@@ -52,7 +52,7 @@ pub async fn send_streaming_message(
         })),
         SendOutcome::Task(handle) => Box::pin(
             manager
-                .event_stream(handle, CloseAt::TerminalOrInputRequired)
+                .event_stream(*handle, CloseAt::TerminalOrInputRequired)
                 .map(|item| item.map_err(Status::from)),
         ),
     };

@@ -1,0 +1,219 @@
+//! Shared test harness: a real server on an ephemeral port and the
+//! generated tonic client.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use tonic::{Code, Status, Streaming};
+use tonic_types::StatusExt;
+
+use a2a_lifecycle::agent::AgentRouter;
+use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+use a2a_lifecycle::proto::{
+    Message, Part, Role, SendMessageConfiguration, SendMessageRequest, StreamResponse, Task,
+    TaskState, part::Content, send_message_response, stream_response::Payload,
+};
+use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+use a2a_lifecycle::server::serve_manager;
+use a2a_lifecycle::store::{MemoryStore, TaskStore};
+
+pub type Client = A2aServiceClient<Channel>;
+
+/// Generous upper bound for anything a test waits on; a hang fails instead
+/// of blocking CI forever.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub manager: TaskManager,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(demo_router(), RuntimeConfig::default()).await
+    }
+
+    pub async fn start_with(agents: AgentRouter, config: RuntimeConfig) -> Self {
+        let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+        Self::start_full(store, agents, config).await
+    }
+
+    pub async fn start_full(
+        store: Arc<dyn TaskStore>,
+        agents: AgentRouter,
+        config: RuntimeConfig,
+    ) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let manager = TaskManager::new(store, agents, config);
+        let (tx, rx) = oneshot::channel::<()>();
+        let m = manager.clone();
+        let handle = tokio::spawn(async move {
+            serve_manager(listener, m, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server failed");
+        });
+        TestServer {
+            addr,
+            manager,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn client(&self) -> Client {
+        A2aServiceClient::connect(self.url()).await.unwrap()
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.url())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Graceful shutdown; returns when the server future has finished.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            tokio::time::timeout(WAIT, h)
+                .await
+                .expect("shutdown timed out")
+                .unwrap();
+        }
+    }
+
+    /// Fires the shutdown signal without waiting.
+    pub fn begin_shutdown(&mut self) -> JoinHandle<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.handle.take().expect("already stopped")
+    }
+}
+
+pub fn user_message(text: &str) -> Message {
+    Message {
+        message_id: uuid::Uuid::new_v4().to_string(),
+        role: Role::User as i32,
+        parts: vec![Part {
+            content: Some(Content::Text(text.into())),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+pub fn request(tenant: &str, message: Message, return_immediately: bool) -> SendMessageRequest {
+    SendMessageRequest {
+        tenant: tenant.into(),
+        message: Some(message),
+        configuration: Some(SendMessageConfiguration {
+            return_immediately,
+            ..Default::default()
+        }),
+        metadata: None,
+    }
+}
+
+/// SendMessage that must answer with a task.
+pub async fn send_task(client: &mut Client, req: SendMessageRequest) -> Task {
+    match client.send_message(req).await.unwrap().into_inner().payload {
+        Some(send_message_response::Payload::Task(t)) => t,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+pub async fn send_text(client: &mut Client, tenant: &str, text: &str) -> Task {
+    send_task(client, request(tenant, user_message(text), false)).await
+}
+
+pub fn state_of(task: &Task) -> TaskState {
+    TaskState::try_from(task.status.as_ref().expect("status").state).unwrap()
+}
+
+pub fn status_text(task: &Task) -> String {
+    task.status
+        .as_ref()
+        .and_then(|s| s.message.as_ref())
+        .map(a2a_lifecycle::agent::message_text)
+        .unwrap_or_default()
+}
+
+/// Reads a stream to its end (with a timeout), returning every event.
+pub async fn collect(mut stream: Streaming<StreamResponse>) -> Result<Vec<StreamResponse>, Status> {
+    let mut out = Vec::new();
+    loop {
+        match tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("stream stalled")
+        {
+            Ok(Some(ev)) => out.push(ev),
+            Ok(None) => return Ok(out),
+            Err(status) => return Err(status),
+        }
+    }
+}
+
+/// A compact description of an event, for comparing sequences.
+pub fn describe(ev: &StreamResponse) -> String {
+    match ev.payload.as_ref().expect("payload") {
+        Payload::Task(t) => format!("task:{}", state_of(t).as_str_name()),
+        Payload::Message(m) => format!("message:{}", a2a_lifecycle::agent::message_text(m)),
+        Payload::StatusUpdate(u) => format!(
+            "status:{}",
+            TaskState::try_from(u.status.as_ref().unwrap().state)
+                .unwrap()
+                .as_str_name()
+        ),
+        Payload::ArtifactUpdate(a) => format!(
+            "artifact:{}{}{}",
+            a.artifact.as_ref().unwrap().artifact_id,
+            if a.append { "+append" } else { "" },
+            if a.last_chunk { "+last" } else { "" }
+        ),
+    }
+}
+
+pub fn describe_all(events: &[StreamResponse]) -> Vec<String> {
+    events.iter().map(describe).collect()
+}
+
+/// Asserts an A2A error: gRPC code plus ErrorInfo reason and domain.
+pub fn assert_a2a_error(status: &Status, code: Code, reason: &str) {
+    assert_eq!(status.code(), code, "{status:?}");
+    let info = status
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"));
+    assert_eq!(info.reason, reason, "{status:?}");
+    assert_eq!(info.domain, "a2a-protocol.org");
+}
+
+/// Asserts INVALID_ARGUMENT with a BadRequest naming `field`.
+pub fn assert_bad_field(status: &Status, field: &str) {
+    assert_a2a_error(status, Code::InvalidArgument, "INVALID_PARAMS");
+    let bad = status.get_details_bad_request().expect("BadRequest detail");
+    assert!(
+        bad.field_violations.iter().any(|v| v.field == field),
+        "expected a violation on {field}, got {:?}",
+        bad.field_violations
+    );
+}
