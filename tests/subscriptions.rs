@@ -280,3 +280,40 @@ async fn blocking_waits_and_non_blocking_does_not() {
     assert_eq!(state_of(&task), TaskState::Completed);
     server.stop().await;
 }
+
+/// On graceful shutdown a running executor is cancelled and its task is
+/// FAILED with a message saying why, never left WORKING.
+#[tokio::test]
+async fn shutdown_fails_running_tasks_with_a_reason() {
+    let mut server = TestServer::start().await;
+    let mut client = server.client().await;
+    let task = send_task(&mut client, request("", user_message("slow"), true)).await;
+    let manager = server.manager.clone();
+    let done = server.begin_shutdown();
+    tokio::time::timeout(WAIT, done)
+        .await
+        .expect("server did not stop")
+        .unwrap();
+    // The run's supervisor records the failure just after cancellation.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let final_task = loop {
+        let t = manager
+            .get_task("", &task.id, a2a_lifecycle::lifecycle::HistoryLength::All)
+            .await
+            .unwrap();
+        if state_of(&t).is_terminal() {
+            break t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task left active after shutdown"
+        );
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(state_of(&final_task), TaskState::Failed);
+    assert!(
+        status_text(&final_task).contains("server shut down"),
+        "{}",
+        status_text(&final_task)
+    );
+}

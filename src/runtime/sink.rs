@@ -254,6 +254,10 @@ impl EventSink {
                 let reason = match (&failure, current) {
                     (_, s) if s.is_terminal() => None,
                     (Some(f), _) => Some(f.clone()),
+                    (None, s) if s.is_active() && shared.shutdown.is_cancelled() => Some(format!(
+                        "the server shut down while the task was {}",
+                        s.as_str_name()
+                    )),
                     (None, s) if s.is_active() => Some(format!(
                         "the agent stopped while the task was {}",
                         s.as_str_name()
