@@ -421,3 +421,39 @@ async fn demo_router_serves_three_tenants() {
     assert_eq!(first.id, task.id);
     server.stop().await;
 }
+
+/// `--strict-transitions` (seed 001's table): the normal test-runner flow
+/// passes; the deployer's SUBMITTED -> AUTH_REQUIRED is refused and the
+/// task ends FAILED rather than stuck, although SUBMITTED -> FAILED is not
+/// in the strict table either (server transitions are exempt).
+#[tokio::test]
+async fn strict_policy_refuses_agent_transitions_but_never_strands_a_task() {
+    let config = RuntimeConfig {
+        policy: a2a_lifecycle::lifecycle::TransitionPolicy::Strict,
+        ..Default::default()
+    };
+    let server = TestServer::start_with(demo_router(), config).await;
+    let mut client = server.client().await;
+    let ok = send_text(&mut client, "", "run").await;
+    assert_eq!(state_of(&ok), TaskState::Completed);
+    let refused = send_text(&mut client, "deployer", "deploy to prod").await;
+    assert_eq!(state_of(&refused), TaskState::Failed);
+    assert!(
+        status_text(&refused).contains("strict policy"),
+        "{}",
+        status_text(&refused)
+    );
+    // Cancel is allowed from every non-terminal state.
+    let slow = send_task(&mut client, request("", user_message("slow"), true)).await;
+    let canceled = client
+        .cancel_task(a2a_lifecycle::proto::CancelTaskRequest {
+            tenant: "".into(),
+            id: slow.id,
+            metadata: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(&canceled), TaskState::Canceled);
+    server.stop().await;
+}

@@ -23,6 +23,8 @@ use support::*;
 struct GatedAgent {
     gate: Arc<Semaphore>,
     updates: usize,
+    /// Bytes of padding per update, to fill transport buffers quickly.
+    pad: usize,
 }
 
 #[async_trait]
@@ -40,10 +42,19 @@ impl AgentExecutor for GatedAgent {
 }
 
 async fn gated_server(updates: usize, buffer: usize) -> (TestServer, Arc<Semaphore>) {
+    padded_gated_server(updates, buffer, 0).await
+}
+
+async fn padded_gated_server(
+    updates: usize,
+    buffer: usize,
+    pad: usize,
+) -> (TestServer, Arc<Semaphore>) {
     let gate = Arc::new(Semaphore::new(0));
     let agent = Arc::new(GatedAgent {
         gate: gate.clone(),
         updates,
+        pad,
     });
     let config = RuntimeConfig {
         subscriber_buffer: buffer,
@@ -129,7 +140,10 @@ async fn every_subscriber_gets_snapshot_then_same_events_in_order_then_close() {
 #[tokio::test]
 async fn slow_subscriber_does_not_block_agent_or_others_and_is_resynchronised() {
     const UPDATES: usize = 200;
-    let (server, gate) = gated_server(UPDATES, 8).await;
+    // 4 KiB per update: the slow client's 4 KiB HTTP/2 window and the
+    // server's send buffer fill after a few updates, so the subscriber
+    // really stops draining the 8-event ring.
+    let (server, gate) = padded_gated_server(UPDATES, 8, 4096).await;
     let mut client = server.client().await;
     let task = send_task(&mut client, request("", user_message("go"), true)).await;
     let subscribe = |mut c: Client, id: String| async move {
@@ -142,7 +156,14 @@ async fn slow_subscriber_does_not_block_agent_or_others_and_is_resynchronised() 
         .into_inner()
     };
     // The slow one reads its snapshot, then nothing until the task is done.
-    let mut slow = subscribe(server.client().await, task.id.clone()).await;
+    let slow_channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .initial_stream_window_size(4096)
+        .initial_connection_window_size(4096)
+        .connect()
+        .await
+        .unwrap();
+    let mut slow = subscribe(Client::new(slow_channel), task.id.clone()).await;
     let first = slow.message().await.unwrap().unwrap();
     assert!(matches!(first.payload, Some(Payload::Task(_))));
     let fast = tokio::spawn(collect(

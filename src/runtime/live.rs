@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Shared, TaskHandle, TaskKey, now, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
-use crate::lifecycle::{ApplyError, HistoryLength, TaskEvent, TaskRecord};
+use crate::lifecycle::{ApplyError, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy};
 use crate::proto::{StreamResponse, Task, TaskState, stream_response::Payload};
 use crate::store::StoreError;
 
@@ -84,6 +84,16 @@ impl Drop for LiveTask {
     }
 }
 
+/// Who produced an event. The configured transition policy binds agents;
+/// the server's own safety transitions (CANCELED on CancelTask, FAILED when
+/// an executor fails) are checked only by the permissive rules (nothing out
+/// of a terminal state), so a strict policy can never leave a task stuck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Agent,
+    Server,
+}
+
 /// Conflicting concurrent writers (another replica) are retried this often
 /// from the fresh copy before the write fails.
 const MAX_CONFLICT_RETRIES: usize = 3;
@@ -143,12 +153,17 @@ impl LiveTask {
         shared: &Shared,
         guard: &mut StateGuard<'_>,
         event: TaskEvent,
+        origin: Origin,
     ) -> Result<(), ApplyFailure> {
+        let policy = match origin {
+            Origin::Agent => shared.config.policy,
+            Origin::Server => TransitionPolicy::Permissive,
+        };
         let mut attempt = 0;
         loop {
             let loaded = guard.as_mut().expect("apply on a loaded task");
             let mut next = loaded.record.clone();
-            let out = next.apply(event.clone(), now(), shared.config.policy)?;
+            let out = next.apply(event.clone(), now(), policy)?;
             match shared
                 .store
                 .update(&self.key.tenant, &next, loaded.version)

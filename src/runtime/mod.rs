@@ -31,7 +31,7 @@ use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Part, Role, StreamResponse, Task, TaskState, part::Content};
 use crate::store::{StoreError, TaskStore};
-use live::{LiveTask, Progress};
+use live::{LiveTask, Origin, Progress};
 use sink::SinkMode;
 
 /// How many events a subscriber may fall behind before it is resynchronised
@@ -97,9 +97,14 @@ pub struct TaskHandle {
     pub(crate) history: HistoryLength,
 }
 
-/// The server's clock for status timestamps.
+/// The server's clock for status timestamps, in whole microseconds: spec
+/// §5.6.1 asks for millisecond precision in JSON, and some clients' ISO 8601
+/// parsers stop at six fractional digits; microseconds keep tasks created
+/// in the same millisecond in order for ListTasks.
 pub fn now() -> Timestamp {
-    Timestamp::from(SystemTime::now())
+    let mut ts = Timestamp::from(SystemTime::now());
+    ts.nanos -= ts.nanos % 1_000;
+    ts
 }
 
 /// An agent text message, with a fresh id.
@@ -222,6 +227,7 @@ impl TaskManager {
             &self.shared,
             &mut state,
             TaskEvent::UserMessage(message.clone()),
+            Origin::Server,
         )
         .await?;
         let loaded = state.as_mut().expect("loaded");
@@ -303,7 +309,8 @@ impl TaskManager {
             message: Some(agent_text("Task canceled at the client's request.")),
             metadata: None,
         });
-        live.apply_locked(&self.shared, &mut state, event).await?;
+        live.apply_locked(&self.shared, &mut state, event, Origin::Server)
+            .await?;
         let loaded = state.as_ref().expect("loaded");
         let task = loaded.record.task.clone();
         drop(state);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
-use super::live::{ApplyFailure, LiveTask, Loaded};
+use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
 use super::{SendOutcome, Shared, TaskKey, agent_text, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::{
@@ -166,6 +166,10 @@ impl EventSink {
     }
 
     async fn emit(&self, event: TaskEvent) -> Result<(), SinkError> {
+        self.emit_as(event, Origin::Agent).await
+    }
+
+    async fn emit_as(&self, event: TaskEvent, origin: Origin) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
         let live = match &mut *mode {
             SinkMode::Pending { .. } => self.create_task(&mut mode).await?,
@@ -178,7 +182,7 @@ impl EventSink {
             A2aError::TaskNotFound { task_id } => SinkError::Store(StoreError::NotFound(task_id)),
             other => SinkError::Store(StoreError::Internal(other.to_string())),
         })?;
-        live.apply_locked(shared, &mut state, event).await?;
+        live.apply_locked(shared, &mut state, event, origin).await?;
         Ok(())
     }
 
@@ -241,7 +245,12 @@ impl EventSink {
             let reason = failure
                 .clone()
                 .unwrap_or_else(|| "the agent ended without responding".to_owned());
-            if let Err(e) = self.status(TaskState::Failed, Some(&reason)).await {
+            let event = TaskEvent::Status(StatusUpdate {
+                state: TaskState::Failed,
+                message: Some(agent_text(reason)),
+                metadata: None,
+            });
+            if let Err(e) = self.emit_as(event, Origin::Server).await {
                 tracing::error!(task_id = %self.task_id(), error = %e, "could not record agent failure");
             }
         }
@@ -270,7 +279,10 @@ impl EventSink {
                         message: Some(agent_text(reason)),
                         metadata: None,
                     });
-                    if let Err(e) = live.apply_locked(shared, &mut state, event).await {
+                    if let Err(e) = live
+                        .apply_locked(shared, &mut state, event, Origin::Server)
+                        .await
+                    {
                         tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task");
                     }
                 }
