@@ -14,8 +14,9 @@ use tokio::sync::Semaphore;
 use tonic::Code;
 
 use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};
+use a2a_lifecycle::lifecycle::StatusUpdate;
 use a2a_lifecycle::proto::{SubscribeToTaskRequest, TaskState, stream_response::Payload};
-use a2a_lifecycle::runtime::RuntimeConfig;
+use a2a_lifecycle::runtime::{RuntimeConfig, agent_text};
 use support::*;
 
 /// WORKING, then waits for the test to open the gate, then `updates`
@@ -33,8 +34,20 @@ impl AgentExecutor for GatedAgent {
         sink.status(TaskState::Working, Some("started")).await?;
         let _permit = self.gate.acquire().await.expect("gate closed");
         for i in 1..=self.updates {
-            sink.status(TaskState::Working, Some(&format!("update {i}")))
-                .await?;
+            // Padding travels in the event metadata, not in the text.
+            let metadata = (self.pad > 0).then(|| prost_types::Struct {
+                fields: [(
+                    "pad".to_string(),
+                    prost_types::Value::from(" ".repeat(self.pad)),
+                )]
+                .into(),
+            });
+            sink.status_update(StatusUpdate {
+                state: TaskState::Working,
+                message: Some(agent_text(format!("update {i}"))),
+                metadata,
+            })
+            .await?;
         }
         sink.status(TaskState::Completed, Some("done")).await?;
         Ok(())
