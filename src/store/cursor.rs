@@ -12,11 +12,12 @@ use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
 /// Where the next page starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor {
-    pub status_nanos: i64,
+    /// The status timestamp of the last task returned, as (seconds, nanos).
+    pub status: super::TimeKey,
     pub task_id: String,
 }
 
-const VERSION_PREFIX: &str = "v1:";
+const VERSION_PREFIX: &str = "v2:";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("page_token is not a token this server issued")]
@@ -24,9 +25,10 @@ pub struct BadPageToken;
 
 impl Cursor {
     pub fn encode(&self) -> String {
+        let (seconds, nanos) = self.status;
         URL_SAFE_NO_PAD.encode(format!(
-            "{VERSION_PREFIX}{}:{}",
-            self.status_nanos, self.task_id
+            "{VERSION_PREFIX}{seconds}:{nanos}:{}",
+            self.task_id
         ))
     }
 
@@ -34,13 +36,21 @@ impl Cursor {
         let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| BadPageToken)?;
         let text = String::from_utf8(bytes).map_err(|_| BadPageToken)?;
         let rest = text.strip_prefix(VERSION_PREFIX).ok_or(BadPageToken)?;
-        let (nanos, id) = rest.split_once(':').ok_or(BadPageToken)?;
-        let status_nanos = nanos.parse().map_err(|_| BadPageToken)?;
-        if id.is_empty() {
+        let mut fields = rest.splitn(3, ':');
+        let seconds: i64 = fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .ok_or(BadPageToken)?;
+        let nanos: i32 = fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .ok_or(BadPageToken)?;
+        let id = fields.next().ok_or(BadPageToken)?;
+        if id.is_empty() || !(0..1_000_000_000).contains(&nanos) {
             return Err(BadPageToken);
         }
         Ok(Cursor {
-            status_nanos,
+            status: (seconds, nanos),
             task_id: id.to_owned(),
         })
     }
@@ -52,11 +62,17 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        let c = Cursor {
-            status_nanos: 1_700_000_000_123_456_789,
-            task_id: "a:b-c".into(),
-        };
-        assert_eq!(Cursor::decode(&c.encode()), Ok(c));
+        for status in [
+            (1_700_000_000, 123_456_789),
+            (-62_135_596_800, 0),
+            (253_402_300_799, 999_999_999),
+        ] {
+            let c = Cursor {
+                status,
+                task_id: "a:b-c".into(),
+            };
+            assert_eq!(Cursor::decode(&c.encode()), Ok(c));
+        }
     }
 
     #[test]

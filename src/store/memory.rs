@@ -14,12 +14,12 @@ use std::sync::RwLock;
 use async_trait::async_trait;
 
 use super::{
-    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, status_nanos, timestamp_nanos,
+    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, status_key, time_key,
 };
 use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
 
-type OrderKey = (Reverse<i64>, String);
+type OrderKey = (Reverse<TimeKey>, String);
 
 #[derive(Default)]
 struct TenantTasks {
@@ -40,7 +40,7 @@ impl MemoryStore {
 }
 
 fn order_key(record: &TaskRecord) -> OrderKey {
-    (Reverse(status_nanos(&record.task)), record.task.id.clone())
+    (Reverse(status_key(&record.task)), record.task.id.clone())
 }
 
 fn poisoned<T>(_: T) -> StoreError {
@@ -114,7 +114,7 @@ impl TaskStore for MemoryStore {
         let Some(tasks) = tenants.get(tenant) else {
             return Ok(TaskPage::default());
         };
-        let after = query.status_after.as_ref().map(timestamp_nanos);
+        let after = query.status_after.as_ref().map(time_key);
         let matches = |key: &OrderKey| -> Option<&StoredTask> {
             let stored = tasks.by_id.get(&key.1)?;
             let task = &stored.record.task;
@@ -139,10 +139,11 @@ impl TaskStore for MemoryStore {
             .count();
 
         let start = match &query.cursor {
-            Some(c) => Bound::Excluded((Reverse(c.status_nanos), c.task_id.clone())),
+            Some(c) => Bound::Excluded((Reverse(c.status), c.task_id.clone())),
             None => Bound::Unbounded,
         };
-        let mut page: Vec<&StoredTask> = Vec::with_capacity(query.page_size.min(total_size));
+        let page_size = query.effective_page_size();
+        let mut page: Vec<&StoredTask> = Vec::with_capacity(page_size.min(total_size));
         let mut next = None;
         for key in tasks
             .order
@@ -150,10 +151,10 @@ impl TaskStore for MemoryStore {
             .take_while(in_window)
         {
             let Some(stored) = matches(key) else { continue };
-            if page.len() == query.page_size {
+            if page.len() == page_size {
                 let last = page.last().expect("page_size >= 1");
                 next = Some(Cursor {
-                    status_nanos: status_nanos(&last.record.task),
+                    status: status_key(&last.record.task),
                     task_id: last.record.task.id.clone(),
                 });
                 break;

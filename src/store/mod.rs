@@ -34,7 +34,8 @@ pub struct StoredTask {
     pub version: u64,
 }
 
-/// A ListTasks query, already validated.
+/// A ListTasks query, already validated. A `page_size` of 0 is read as
+/// [`DEFAULT_PAGE_SIZE`].
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
     pub context_id: Option<String>,
@@ -46,6 +47,17 @@ pub struct ListQuery {
     pub cursor: Option<Cursor>,
     pub history: HistoryLength,
     pub include_artifacts: bool,
+}
+
+impl ListQuery {
+    /// The page size a store applies: 0 means the default, and never more
+    /// than [`MAX_PAGE_SIZE`].
+    pub fn effective_page_size(&self) -> usize {
+        match self.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        }
+    }
 }
 
 /// One page of ListTasks.
@@ -100,17 +112,21 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError>;
 }
 
-/// The sort key of a task in ListTasks: its status timestamp in nanoseconds.
-pub fn status_nanos(task: &Task) -> i64 {
+/// The sort key of a task in ListTasks: its status timestamp as
+/// (seconds, nanos), which covers the whole protobuf Timestamp range
+/// (years 1..9999) at full precision. A task without one sorts first in
+/// time (oldest).
+pub fn status_key(task: &Task) -> TimeKey {
     task.status
         .as_ref()
         .and_then(|s| s.timestamp.as_ref())
-        .map(timestamp_nanos)
-        .unwrap_or(0)
+        .map(time_key)
+        .unwrap_or((i64::MIN, 0))
 }
 
-pub fn timestamp_nanos(ts: &Timestamp) -> i64 {
-    ts.seconds
-        .saturating_mul(1_000_000_000)
-        .saturating_add(i64::from(ts.nanos))
+/// A timestamp as an ordered (seconds, nanos) pair.
+pub type TimeKey = (i64, i32);
+
+pub fn time_key(ts: &Timestamp) -> TimeKey {
+    (ts.seconds, ts.nanos)
 }
