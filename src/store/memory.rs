@@ -12,9 +12,11 @@ use std::ops::Bound;
 use std::sync::RwLock;
 
 use async_trait::async_trait;
+use prost_types::Timestamp;
 
 use super::{
-    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, status_key, time_key,
+    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, origin_message_id,
+    status_key, time_key,
 };
 use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
@@ -25,6 +27,8 @@ type OrderKey = (Reverse<TimeKey>, String);
 struct TenantTasks {
     by_id: HashMap<String, StoredTask>,
     order: BTreeSet<OrderKey>,
+    /// Creating message id -> task id (idempotent sends).
+    by_origin: HashMap<String, String>,
 }
 
 /// Tasks in process memory; lost on exit.
@@ -56,6 +60,15 @@ impl TaskStore for MemoryStore {
         if tasks.by_id.contains_key(id) {
             return Err(StoreError::AlreadyExists(id.clone()));
         }
+        let origin = origin_message_id(record);
+        if !origin.is_empty() {
+            if let Some(existing) = tasks.by_origin.get(origin) {
+                return Err(StoreError::DuplicateMessage {
+                    task_id: existing.clone(),
+                });
+            }
+            tasks.by_origin.insert(origin.to_owned(), id.clone());
+        }
         tasks.order.insert(order_key(record));
         tasks.by_id.insert(
             id.clone(),
@@ -73,6 +86,18 @@ impl TaskStore for MemoryStore {
             .get(tenant)
             .and_then(|t| t.by_id.get(task_id))
             .cloned())
+    }
+
+    async fn find_by_origin(
+        &self,
+        tenant: &str,
+        message_id: &str,
+    ) -> Result<Option<StoredTask>, StoreError> {
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        Ok(tenants.get(tenant).and_then(|t| {
+            let id = t.by_origin.get(message_id)?;
+            t.by_id.get(id).cloned()
+        }))
     }
 
     async fn update(
@@ -169,5 +194,42 @@ impl TaskStore for MemoryStore {
             next,
             total_size,
         })
+    }
+
+    async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        Ok(tenants
+            .iter()
+            .flat_map(|(tenant, tasks)| {
+                tasks
+                    .by_id
+                    .values()
+                    .filter(|s| s.record.state().is_active())
+                    .map(move |s| (tenant.clone(), s.clone()))
+            })
+            .collect())
+    }
+
+    async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
+        let before = time_key(before);
+        let mut tenants = self.tenants.write().map_err(poisoned)?;
+        let mut purged = 0;
+        for tasks in tenants.values_mut() {
+            let expired: Vec<String> = tasks
+                .by_id
+                .values()
+                .filter(|s| s.record.state().is_terminal() && status_key(&s.record.task) < before)
+                .map(|s| s.record.task.id.clone())
+                .collect();
+            for id in expired {
+                if let Some(stored) = tasks.by_id.remove(&id) {
+                    tasks.order.remove(&order_key(&stored.record));
+                    tasks.by_origin.remove(origin_message_id(&stored.record));
+                    purged += 1;
+                }
+            }
+        }
+        tenants.retain(|_, t| !t.by_id.is_empty());
+        Ok(purged)
     }
 }

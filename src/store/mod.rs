@@ -10,14 +10,17 @@
 //! The store knows nothing of tonic or of agents; the lifecycle rules live in
 //! [`crate::lifecycle`], not here.
 
+pub mod codec;
 pub mod cursor;
 pub mod memory;
+pub mod sqlite;
 
 use async_trait::async_trait;
 use prost_types::Timestamp;
 
 pub use cursor::Cursor;
 pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
 
 use crate::lifecycle::{HistoryLength, TaskRecord};
 use crate::proto::{Task, TaskState};
@@ -74,6 +77,10 @@ pub struct TaskPage {
 pub enum StoreError {
     #[error("task {0:?} already exists")]
     AlreadyExists(String),
+    /// A task created by the same message (tenant, message_id) exists:
+    /// the create was a repeat (issue "idempotent sends").
+    #[error("message already created task {task_id:?}")]
+    DuplicateMessage { task_id: String },
     #[error("task {0:?} not found")]
     NotFound(String),
     #[error("task {id:?} changed since it was read (version {expected}, now {actual})")]
@@ -93,8 +100,17 @@ pub enum StoreError {
 /// and subscribers about a change only after that.
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
-    /// Stores a new task at version 1.
+    /// Stores a new task at version 1. Fails with `AlreadyExists` if the id
+    /// is taken, and with `DuplicateMessage` if the tenant already has a task
+    /// created by the same message (its first history message's id).
     async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError>;
+
+    /// The task that `message_id` created in `tenant`, if any.
+    async fn find_by_origin(
+        &self,
+        tenant: &str,
+        message_id: &str,
+    ) -> Result<Option<StoredTask>, StoreError>;
 
     /// The task and its version, or `None`.
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError>;
@@ -110,6 +126,25 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// One page of the tenant's tasks (spec §3.1.4).
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError>;
+
+    /// Every task in an active state (SUBMITTED, WORKING), in all tenants,
+    /// with its tenant: what recovery after a restart looks at.
+    async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError>;
+
+    /// Deletes terminal tasks whose status timestamp is before `before`;
+    /// returns how many were deleted (retention).
+    async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError>;
+}
+
+/// The id of the message that created a task: the first of its history
+/// (see [`TaskRecord::submitted`]); the idempotency key of new tasks.
+pub fn origin_message_id(record: &TaskRecord) -> &str {
+    record
+        .task
+        .history
+        .first()
+        .map(|m| m.message_id.as_str())
+        .unwrap_or("")
 }
 
 /// The sort key of a task in ListTasks: its status timestamp as

@@ -107,6 +107,11 @@ macro_rules! store_conformance_tests {
             list_history_last_n_keeps_the_n_most_recent,
             list_include_artifacts_controls_artifacts,
             list_trimming_does_not_change_the_stored_task,
+            // idempotency, recovery, retention
+            same_creating_message_is_a_duplicate_within_a_tenant_only,
+            find_by_origin_finds_the_created_task,
+            active_tasks_lists_submitted_and_working_in_every_tenant,
+            purge_deletes_only_old_terminal_tasks,
         );
     };
     (@tests $factory:expr; $($name:ident),+ $(,)?) => {
@@ -2041,4 +2046,171 @@ pub async fn list_trimming_does_not_change_the_stored_task(store: Store) {
         }
     );
     assert_eq!(list(&store, T, &query()).await.tasks, [r.task]);
+}
+
+// ---------------------------------------------------------------------------
+// Idempotency (issue "idempotent sends"), recovery, retention
+// ---------------------------------------------------------------------------
+
+/// A second task created by the same message (tenant, first history
+/// message id) is refused as a duplicate naming the first; another tenant
+/// may reuse the message id.
+pub async fn same_creating_message_is_a_duplicate_within_a_tenant_only(store: Store) {
+    let first = record("t1", "c", TaskState::Submitted, at(1));
+    create(&store, T, &first).await;
+    let mut again = record("t2", "c", TaskState::Submitted, at(2));
+    again.task.history[0].message_id = first.task.history[0].message_id.clone();
+    match store.create(T, &again).await {
+        Err(StoreError::DuplicateMessage { task_id }) => assert_eq!(task_id, "t1"),
+        other => panic!("expected DuplicateMessage, got {other:?}"),
+    }
+    assert!(
+        get(&store, T, "t2").await.is_none(),
+        "the duplicate was not stored"
+    );
+    create(&store, "tenant-b", &again).await;
+    assert_eq!(list(&store, T, &query()).await.total_size, 1);
+}
+
+pub async fn find_by_origin_finds_the_created_task(store: Store) {
+    let r = record("t1", "c", TaskState::Working, at(1));
+    create(&store, T, &r).await;
+    let origin = r.task.history[0].message_id.clone();
+    let found = store
+        .find_by_origin(T, &origin)
+        .await
+        .unwrap()
+        .expect("found");
+    assert_eq!(found.record, r);
+    assert_eq!(found.version, 1);
+    assert!(
+        store
+            .find_by_origin(T, "no-such-message")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .find_by_origin("tenant-b", &origin)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+pub async fn active_tasks_lists_submitted_and_working_in_every_tenant(store: Store) {
+    let states = [
+        TaskState::Submitted,
+        TaskState::Working,
+        TaskState::InputRequired,
+        TaskState::AuthRequired,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Canceled,
+        TaskState::Rejected,
+    ];
+    for (i, state) in states.iter().enumerate() {
+        create(
+            &store,
+            T,
+            &record(&format!("a{i}"), "c", *state, at(i as i64)),
+        )
+        .await;
+        create(
+            &store,
+            "tenant-b",
+            &record(&format!("b{i}"), "c", *state, at(i as i64)),
+        )
+        .await;
+    }
+    let mut active: Vec<(String, String, i32)> = store
+        .active_tasks()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(tenant, s)| {
+            (
+                tenant,
+                s.record.task.id.clone(),
+                s.record.task.status.unwrap().state,
+            )
+        })
+        .collect();
+    active.sort();
+    assert_eq!(
+        active,
+        [
+            (T.to_string(), "a0".to_string(), TaskState::Submitted as i32),
+            (T.to_string(), "a1".to_string(), TaskState::Working as i32),
+            (
+                "tenant-b".to_string(),
+                "b0".to_string(),
+                TaskState::Submitted as i32
+            ),
+            (
+                "tenant-b".to_string(),
+                "b1".to_string(),
+                TaskState::Working as i32
+            ),
+        ]
+    );
+}
+
+/// Retention: terminal tasks whose status timestamp is strictly before the
+/// bound are deleted (and their idempotency key freed); active,
+/// interrupted and newer tasks stay.
+pub async fn purge_deletes_only_old_terminal_tasks(store: Store) {
+    let old_terminal = [
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Canceled,
+        TaskState::Rejected,
+    ];
+    for (i, state) in old_terminal.iter().enumerate() {
+        create(&store, T, &record(&format!("old{i}"), "c", *state, at(10))).await;
+    }
+    create(
+        &store,
+        "tenant-b",
+        &record("old-b", "c", TaskState::Completed, at(5)),
+    )
+    .await;
+    create(
+        &store,
+        T,
+        &record("old-working", "c", TaskState::Working, at(1)),
+    )
+    .await;
+    create(
+        &store,
+        T,
+        &record("old-input", "c", TaskState::InputRequired, at(1)),
+    )
+    .await;
+    create(
+        &store,
+        T,
+        &record("at-bound", "c", TaskState::Completed, at(20)),
+    )
+    .await;
+    create(&store, T, &record("new", "c", TaskState::Completed, at(30))).await;
+    let purged = store.purge_terminal_before(&at(20)).await.unwrap();
+    assert_eq!(purged, 5);
+    let mut left = list_ids(&store, T, &query()).await;
+    left.sort();
+    assert_eq!(
+        left,
+        expect_ids(&["at-bound", "new", "old-input", "old-working"])
+    );
+    assert!(get(&store, "tenant-b", "old-b").await.is_none());
+    assert!(get(&store, T, "old0").await.is_none());
+    // The purged task's creating message may create a task again.
+    create(
+        &store,
+        T,
+        &record("old0", "c", TaskState::Submitted, at(40)),
+    )
+    .await;
+    assert_eq!(store.purge_terminal_before(&at(20)).await.unwrap(), 0);
 }
