@@ -3,13 +3,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tracing_subscriber::EnvFilter;
 
-use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::agent::demo::{Deployer, demo_router_with};
 use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
@@ -18,7 +19,7 @@ use a2a_lifecycle::proto::{
 };
 use a2a_lifecycle::runtime::RuntimeConfig;
 use a2a_lifecycle::server::{ServerParts, serve, shutdown_signal};
-use a2a_lifecycle::store::{MemoryStore, TaskStore};
+use a2a_lifecycle::store::{MemoryStore, SqliteStore, TaskStore};
 
 #[derive(Parser)]
 #[command(
@@ -36,12 +37,24 @@ enum Command {
     Serve {
         #[arg(long, default_value = "127.0.0.1:50051")]
         listen: SocketAddr,
-        /// Task store: `memory`.
-        #[arg(long, default_value = "memory")]
+        /// Task store: `sqlite:PATH` (durable; the folder is created) or
+        /// `memory` (lost on exit).
+        #[arg(long, default_value = "sqlite:./a2a-data/tasks.db")]
         store: String,
         /// Enforce seed 001's stricter transition table (see README).
         #[arg(long)]
         strict_transitions: bool,
+        /// FAIL a task still SUBMITTED or WORKING this long after its run
+        /// started (e.g. `30s`, `10m`); off by default.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        task_timeout: Option<Duration>,
+        /// Purge terminal tasks whose status is older than this (e.g. `7d`,
+        /// `12h`); `off` keeps them forever.
+        #[arg(long, default_value = "7d", value_parser = parse_retain)]
+        retain: Retain,
+        /// Demo deployer: how long until the approval arrives by itself.
+        #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+        deployer_approval_delay: Duration,
     },
     /// Send a text message.
     Send {
@@ -128,8 +141,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             listen,
             store,
             strict_transitions,
+            task_timeout,
+            retain,
+            deployer_approval_delay,
         } => {
-            let store = open_store(&store).map_err(|e| e as Box<dyn std::error::Error>)?;
+            let store = open_store(&store)
+                .await
+                .map_err(|e| e as Box<dyn std::error::Error>)?;
             let listener = TcpListener::bind(listen).await?;
             let runtime = RuntimeConfig {
                 policy: if strict_transitions {
@@ -137,11 +155,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 } else {
                     TransitionPolicy::Permissive
                 },
+                task_timeout,
+                retain: retain.0,
                 ..Default::default()
             };
+            let agents = demo_router_with(Deployer {
+                approval_delay: deployer_approval_delay,
+            });
             let parts = ServerParts {
                 store,
-                agents: demo_router(),
+                agents,
                 runtime,
             };
             serve(listener, parts, shutdown_signal())
@@ -256,9 +279,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn open_store(spec: &str) -> Result<Arc<dyn TaskStore>, AnyError> {
-    match spec {
-        "memory" => Ok(Arc::new(MemoryStore::new())),
-        other => Err(format!("unknown --store {other:?}; supported: memory").into()),
+async fn open_store(spec: &str) -> Result<Arc<dyn TaskStore>, AnyError> {
+    if spec == "memory" {
+        return Ok(Arc::new(MemoryStore::new()));
+    }
+    if let Some(path) = spec.strip_prefix("sqlite:") {
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if path.is_empty() {
+            return Err("--store sqlite:PATH needs a file path".into());
+        }
+        let store = SqliteStore::open(path).await?;
+        tracing::info!(path, "task store: sqlite");
+        return Ok(Arc::new(store));
+    }
+    Err(format!("unknown --store {spec:?}; supported: memory, sqlite:PATH").into())
+}
+
+/// `--retain`: a duration, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct Retain(Option<Duration>);
+
+fn parse_retain(text: &str) -> Result<Retain, String> {
+    match text {
+        "off" | "forever" => Ok(Retain(None)),
+        other => humantime::parse_duration(other)
+            .map(|d| Retain(Some(d)))
+            .map_err(|e| e.to_string()),
     }
 }

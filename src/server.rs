@@ -30,13 +30,21 @@ pub struct ServerParts {
     pub runtime: RuntimeConfig,
 }
 
-/// Serves on `listener` until `shutdown` completes.
+/// Serves on `listener` until `shutdown` completes. First fails the tasks a
+/// previous process left active ([`TaskManager::fail_orphaned_tasks`]).
 pub async fn serve(
     listener: TcpListener,
     parts: ServerParts,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let manager = TaskManager::new(parts.store, parts.agents, parts.runtime);
+    let orphaned = manager.fail_orphaned_tasks().await?;
+    if orphaned > 0 {
+        tracing::warn!(
+            orphaned,
+            "failed tasks left active by a previous run of the server"
+        );
+    }
     serve_manager(listener, manager, shutdown).await
 }
 
@@ -63,6 +71,7 @@ pub async fn serve_manager(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
+    tokio::spawn(manager.clone().run_maintenance());
     let token = manager.shutdown_token();
     let signal = async move {
         shutdown.await;

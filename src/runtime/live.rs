@@ -24,7 +24,13 @@ pub struct Progress {
     pub state: TaskState,
     pub status_seq: u64,
     pub runs_finished: u64,
+    /// Writes the store refused (other than version conflicts).
+    pub write_failures: u64,
 }
+
+/// What a task's broadcast carries: an applied event, or the error that
+/// ends every open stream when a change could not be committed.
+pub(crate) type Broadcast = Arc<Result<StreamResponse, A2aError>>;
 
 /// The cached task and the broadcast to its subscribers. The sender is
 /// created on first subscription: most tasks are never streamed, and the
@@ -32,7 +38,7 @@ pub struct Progress {
 pub(crate) struct Loaded {
     pub(crate) record: TaskRecord,
     pub(crate) version: u64,
-    events: Option<broadcast::Sender<Arc<StreamResponse>>>,
+    events: Option<broadcast::Sender<Broadcast>>,
 }
 
 impl Loaded {
@@ -108,6 +114,7 @@ impl LiveTask {
                 state: TaskState::Unspecified,
                 status_seq: 0,
                 runs_finished: 0,
+                write_failures: 0,
             }),
             run_lock: Arc::new(tokio::sync::Mutex::new(())),
             run_cancel: Mutex::new(None),
@@ -180,7 +187,15 @@ impl LiveTask {
                     self.reload(shared, guard).await?;
                 }
                 Err(e) => {
-                    // The cache may now differ from the store: reload on next use.
+                    // Streams must not hang waiting for an event that was
+                    // never recorded: they end with the store's error, and
+                    // blocking waiters wake up. The cache may differ from the
+                    // store now: reload it on next use.
+                    tracing::error!(task_id = %self.key.id, error = %e, "task write failed");
+                    if let Some(tx) = &loaded.events {
+                        let _ = tx.send(Arc::new(Err(store_error(e.clone()))));
+                    }
+                    self.progress.send_modify(|p| p.write_failures += 1);
                     **guard = None;
                     return Err(e.into());
                 }
@@ -217,7 +232,7 @@ impl LiveTask {
             && tx.receiver_count() > 0
         {
             // Err only when every receiver is gone; nothing to do then.
-            let _ = tx.send(Arc::new(out));
+            let _ = tx.send(Arc::new(Ok(out)));
         }
     }
 
@@ -236,10 +251,41 @@ impl LiveTask {
             events,
             baseline: *self.progress.borrow(),
             history,
+            settled: false,
         }
     }
 
-    fn subscribe_locked(&self, loaded: &mut Loaded) -> broadcast::Receiver<Arc<StreamResponse>> {
+    /// The handle for a repeated request: the task as it is. Settled (no
+    /// waiting, no further events) unless a run is still working on it.
+    pub(crate) async fn duplicate_handle(
+        self: &Arc<Self>,
+        shared: &Shared,
+        history: HistoryLength,
+        subscribe: bool,
+    ) -> Result<super::SendOutcome, A2aError> {
+        let mut guard = self.lock_loaded(shared).await?;
+        let loaded = guard.as_mut().expect("loaded");
+        let settled = loaded.record.state().ends_blocking_wait();
+        let mut handle = self.handle(loaded, history, subscribe && !settled);
+        handle.settled = settled;
+        Ok(super::SendOutcome::Task(Box::new(handle)))
+    }
+
+    /// Whether the task's history holds a client message with this id.
+    pub(crate) async fn holds_message(
+        &self,
+        shared: &Shared,
+        message_id: &str,
+    ) -> Result<bool, A2aError> {
+        let guard = self.lock_loaded(shared).await?;
+        let task = &guard.as_ref().expect("loaded").record.task;
+        Ok(task
+            .history
+            .iter()
+            .any(|m| m.message_id == message_id && m.role == crate::proto::Role::User as i32))
+    }
+
+    fn subscribe_locked(&self, loaded: &mut Loaded) -> broadcast::Receiver<Broadcast> {
         let capacity = self
             .shared
             .upgrade()
@@ -256,7 +302,7 @@ impl LiveTask {
     pub(crate) async fn resubscribe(
         &self,
         shared: &Shared,
-    ) -> Result<(Task, broadcast::Receiver<Arc<StreamResponse>>), A2aError> {
+    ) -> Result<(Task, broadcast::Receiver<Broadcast>), A2aError> {
         let mut guard = self.lock_loaded(shared).await?;
         let loaded = guard.as_mut().expect("loaded");
         let rx = self.subscribe_locked(loaded);

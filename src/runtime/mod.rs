@@ -19,7 +19,7 @@ mod run;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use prost_types::Timestamp;
 use tokio::sync::broadcast;
@@ -29,7 +29,7 @@ use crate::agent::{AgentRouter, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
-use crate::proto::{Message, Part, Role, StreamResponse, Task, TaskState, part::Content};
+use crate::proto::{Message, Part, Role, Task, TaskState, part::Content};
 use crate::store::{StoreError, TaskStore};
 use live::{LiveTask, Origin, Progress};
 use sink::SinkMode;
@@ -40,11 +40,24 @@ use sink::SinkMode;
 /// its oldest events for that subscriber instead.
 pub const SUBSCRIBER_BUFFER: usize = 1024;
 
+/// Default retention of terminal tasks (`serve --retain`).
+pub const DEFAULT_RETAIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// How often the retention sweep runs.
+pub const RETENTION_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
 /// Runtime settings.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     pub policy: TransitionPolicy,
     pub subscriber_buffer: usize,
+    /// A task still SUBMITTED or WORKING this long after a run started is
+    /// FAILED (`serve --task-timeout`); `None`: no limit.
+    pub task_timeout: Option<Duration>,
+    /// Terminal tasks whose status is older are purged (`serve --retain`);
+    /// `None`: kept forever.
+    pub retain: Option<Duration>,
+    /// Interval of the retention sweep.
+    pub sweep_every: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -52,6 +65,9 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             policy: TransitionPolicy::default(),
             subscriber_buffer: SUBSCRIBER_BUFFER,
+            task_timeout: None,
+            retain: Some(DEFAULT_RETAIN),
+            sweep_every: RETENTION_SWEEP_INTERVAL,
         }
     }
 }
@@ -92,9 +108,12 @@ pub struct TaskHandle {
     pub(crate) live: Arc<LiveTask>,
     /// The task as the client should first see it, history trimmed.
     pub snapshot: Task,
-    pub(crate) events: Option<broadcast::Receiver<Arc<StreamResponse>>>,
+    pub(crate) events: Option<broadcast::Receiver<live::Broadcast>>,
     pub(crate) baseline: Progress,
     pub(crate) history: HistoryLength,
+    /// The request repeated one already applied and the task is not being
+    /// worked on: answer with the snapshot, do not wait or stream further.
+    pub(crate) settled: bool,
 }
 
 /// The server's clock for status timestamps, in whole microseconds: spec
@@ -191,13 +210,45 @@ impl TaskManager {
             )
         })?;
         if message.task_id.is_empty() {
+            // Idempotent sends: the same message (tenant, message_id) that
+            // already created a task gets that task, not a second one.
+            if let Some(existing) = self
+                .shared
+                .store
+                .find_by_origin(tenant, &message.message_id)
+                .await
+                .map_err(store_error)?
+            {
+                let live = self.live(tenant, &existing.record.task.id);
+                return live
+                    .duplicate_handle(&self.shared, history, subscribe)
+                    .await;
+            }
             return run::start_new(&self.shared, agent, tenant, message, history, subscribe).await;
         }
 
         // Continue an existing task (spec §3.4.3).
         let live = self.live(tenant, &message.task_id);
+        // A repeat of a message the task already holds is answered with the
+        // task, whatever its state, without a second run.
+        if live
+            .holds_message(&self.shared, &message.message_id)
+            .await?
+        {
+            return live
+                .duplicate_handle(&self.shared, history, subscribe)
+                .await;
+        }
         // One run at a time per task: wait for the previous run to end.
         let run_guard = live.run_lock.clone().lock_owned().await;
+        if live
+            .holds_message(&self.shared, &message.message_id)
+            .await?
+        {
+            return live
+                .duplicate_handle(&self.shared, history, subscribe)
+                .await;
+        }
         let mut state = live.lock_loaded(&self.shared).await?;
         let loaded = state.as_mut().expect("loaded");
         let task = &loaded.record.task;
@@ -254,6 +305,9 @@ impl TaskManager {
     /// set after the request was accepted, or the run ends (spec §3.2.2
     /// blocking mode); returns the task then.
     pub async fn wait(&self, handle: TaskHandle) -> Result<Task, A2aError> {
+        if handle.settled {
+            return Ok(handle.snapshot);
+        }
         let base = handle.baseline;
         let mut progress = handle.live.progress.subscribe();
         let shutdown = self.shared.shutdown.clone();
@@ -262,6 +316,7 @@ impl TaskManager {
                 p.state.is_terminal()
                     || (p.state.is_interrupted() && p.status_seq > base.status_seq)
                     || p.runs_finished > base.runs_finished
+                    || p.write_failures > base.write_failures
             }) => {}
             _ = shutdown.cancelled() => {}
         }
@@ -353,6 +408,82 @@ impl TaskManager {
             ));
         }
         Ok(live.handle(loaded, HistoryLength::All, true))
+    }
+}
+
+/// The status message of tasks failed at start-up because the process that
+/// ran them is gone.
+pub const RESTART_FAILURE: &str =
+    "The server restarted while this task was active; its run was lost. Send the request again.";
+
+impl TaskManager {
+    /// Start-up recovery: tasks left SUBMITTED or WORKING by a previous
+    /// process have no executor any more, so they move to FAILED with
+    /// [`RESTART_FAILURE`]. Interrupted tasks stay as they are: they wait on
+    /// the client, and a message resumes them. Returns how many failed.
+    ///
+    /// Run it before serving, and only when this process is the store's
+    /// only writer (a shared database needs run leases instead).
+    pub async fn fail_orphaned_tasks(&self) -> Result<usize, A2aError> {
+        let active = self
+            .shared
+            .store
+            .active_tasks()
+            .await
+            .map_err(store_error)?;
+        let mut failed = 0;
+        for (tenant, stored) in active {
+            let live = self.live(&tenant, &stored.record.task.id);
+            let mut state = live.lock_loaded(&self.shared).await?;
+            if !state.as_ref().expect("loaded").record.state().is_active() {
+                continue;
+            }
+            let event = TaskEvent::Status(StatusUpdate {
+                state: TaskState::Failed,
+                message: Some(agent_text(RESTART_FAILURE)),
+                metadata: None,
+            });
+            live.apply_locked(&self.shared, &mut state, event, Origin::Server)
+                .await?;
+            failed += 1;
+        }
+        Ok(failed)
+    }
+
+    /// Retention: deletes terminal tasks whose status is older than
+    /// `RuntimeConfig::retain`; returns how many. Purged tasks are
+    /// TASK_NOT_FOUND from then on.
+    pub async fn purge_expired(&self) -> Result<u64, A2aError> {
+        let Some(retain) = self.shared.config.retain else {
+            return Ok(0);
+        };
+        let cutoff = Timestamp::from(SystemTime::now() - retain);
+        let purged = self
+            .shared
+            .store
+            .purge_terminal_before(&cutoff)
+            .await
+            .map_err(store_error)?;
+        if purged > 0 {
+            tracing::info!(purged, "retention: purged terminal tasks");
+        }
+        Ok(purged)
+    }
+
+    /// Background upkeep until shutdown: the retention sweep every
+    /// `RuntimeConfig::sweep_every`.
+    pub async fn run_maintenance(self) {
+        let shutdown = self.shared.shutdown.clone();
+        let mut ticks = tokio::time::interval(self.shared.config.sweep_every);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            if let Err(e) = self.purge_expired().await {
+                tracing::warn!(error = %e, "retention sweep failed");
+            }
+        }
     }
 }
 

@@ -74,12 +74,27 @@ pub(super) fn spawn(
             mode: Mutex::new(mode),
         }),
     };
+    let timeout = shared.config.task_timeout;
     tokio::spawn(async move {
-        let execution = tokio::spawn({
+        let mut execution = tokio::spawn({
             let sink = sink.clone();
             async move { agent.execute(ctx, sink).await }
         });
-        let failure = match execution.await {
+        let result = match timeout {
+            None => execution.await,
+            Some(limit) => tokio::select! {
+                result = &mut execution => result,
+                _ = tokio::time::sleep(limit) => {
+                    sink.time_out(format!(
+                        "The task timed out: still active {} after its run started.",
+                        humantime::format_duration(limit)
+                    ))
+                    .await;
+                    execution.await
+                }
+            },
+        };
+        let failure = match result {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(format!("agent failed: {e}")),
             Err(join) if join.is_panic() => {

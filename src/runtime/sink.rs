@@ -34,6 +34,10 @@ pub enum SinkError {
     ReplyOnTask,
     #[error("the run has ended")]
     RunEnded,
+    /// The same message already created task `task_id`; this run's task was
+    /// not created and the run should stop.
+    #[error("the message already created task {task_id:?}")]
+    Duplicate { task_id: String },
 }
 
 impl From<ApplyFailure> for SinkError {
@@ -208,6 +212,20 @@ impl EventSink {
         );
         let version = match shared.store.create(&key.tenant, &record).await {
             Ok(v) => v,
+            Err(StoreError::DuplicateMessage { task_id }) => {
+                // A concurrent repeat of the same message created the task
+                // first (idempotent sends): the client gets that task and
+                // this run stops.
+                let existing = shared.live(TaskKey {
+                    tenant: key.tenant.clone(),
+                    id: task_id.clone(),
+                });
+                let outcome = existing.duplicate_handle(shared, history, subscribe).await;
+                if let Some(tx) = reply_to {
+                    let _ = tx.send(outcome);
+                }
+                return Err(SinkError::Duplicate { task_id });
+            }
             Err(e) => {
                 if let Some(tx) = reply_to {
                     let _ = tx.send(Err(store_error(e.clone())));
@@ -238,6 +256,47 @@ impl EventSink {
     /// Ends the run: a task left active (or any task, when the executor
     /// failed) moves to FAILED with `failure` as its status message, so no
     /// task is left stuck; then waiters are told the run is over.
+    /// `--task-timeout` expired: a task still active is FAILED with
+    /// `reason` (its subscribers see the terminal event) and the executor is
+    /// cancelled. An interrupted task is left alone: it waits on the client,
+    /// not on the agent.
+    pub(crate) async fn time_out(&self, reason: String) {
+        let mode = self.inner.mode.lock().await;
+        let failed = match &*mode {
+            SinkMode::Pending { .. } => {
+                drop(mode);
+                let event = TaskEvent::Status(StatusUpdate {
+                    state: TaskState::Failed,
+                    message: Some(agent_text(reason)),
+                    metadata: None,
+                });
+                self.emit_as(event, Origin::Server).await.is_ok()
+            }
+            SinkMode::Live { live, .. } => {
+                let live = live.clone();
+                drop(mode);
+                let shared = &self.inner.shared;
+                match live.lock_loaded(shared).await {
+                    Ok(mut state) if state.as_ref().expect("loaded").record.state().is_active() => {
+                        let event = TaskEvent::Status(StatusUpdate {
+                            state: TaskState::Failed,
+                            message: Some(agent_text(reason)),
+                            metadata: None,
+                        });
+                        live.apply_locked(shared, &mut state, event, Origin::Server)
+                            .await
+                            .is_ok()
+                    }
+                    _ => false,
+                }
+            }
+            SinkMode::Replied | SinkMode::Done => false,
+        };
+        if failed {
+            self.inner.cancel.cancel();
+        }
+    }
+
     pub(crate) async fn finish(&self, failure: Option<String>) {
         let pending = matches!(*self.inner.mode.lock().await, SinkMode::Pending { .. });
         if pending {

@@ -60,7 +60,13 @@ impl TaskManager {
     ) -> impl Stream<Item = Result<StreamResponse, A2aError>> + Send + 'static {
         let shared = self.shared.clone();
         async_stream::stream! {
-            let TaskHandle { live, snapshot, events, .. } = handle;
+            let TaskHandle { live, snapshot, events, settled, .. } = handle;
+            if settled {
+                // A repeated request for a task nothing is working on: its
+                // current state is the whole answer.
+                yield Ok(task_event(snapshot));
+                return;
+            }
             let Some(mut rx) = events else {
                 yield Err(A2aError::Internal("stream without a subscription".into()));
                 return;
@@ -77,7 +83,13 @@ impl TaskManager {
                     }
                 };
                 let event = match received {
-                    Ok(event) => StreamResponse::clone(&event),
+                    Ok(event) => match &*event {
+                        Ok(event) => event.clone(),
+                        Err(e) => {
+                            yield Err(e.clone());
+                            break;
+                        }
+                    },
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(task_id = %live.key().id, missed, "subscriber lagged; resynchronising");
                         match live.resubscribe(&shared).await {

@@ -24,10 +24,15 @@ use super::AgentRouter;
 
 /// The router `serve` uses: the three demo agents, test-runner as default.
 pub fn demo_router() -> AgentRouter {
+    demo_router_with(Deployer::default())
+}
+
+/// The demo router with a tuned deployer (its approval delay).
+pub fn demo_router_with(deployer: Deployer) -> AgentRouter {
     let test_runner = Arc::new(TestRunner::default());
     AgentRouter::new()
         .with("", test_runner.clone())
         .with("test-runner", test_runner)
         .with("code-reviewer", Arc::new(CodeReviewer))
-        .with("deployer", Arc::new(Deployer::default()))
+        .with("deployer", Arc::new(deployer))
 }
