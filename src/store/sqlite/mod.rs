@@ -6,8 +6,12 @@
 //! `synchronous=NORMAL`: a committed write survives the process being
 //! killed (SIGKILL, crash); only an OS crash or power loss can lose the
 //! last commits, which `synchronous=FULL` would prevent at the cost of an
-//! fsync per write. Every write is one statement, so it is atomic; updates
-//! carry `WHERE version = ?` for optimistic concurrency.
+//! fsync per commit. Writes go through one writer connection with group
+//! commit ([`writer`]); reads use a pool of reader connections, which WAL
+//! lets run beside the writer. Updates carry `WHERE version = ?` for
+//! optimistic concurrency.
+
+mod writer;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -17,9 +21,10 @@ use async_trait::async_trait;
 use prost_types::Timestamp;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Sqlite};
+use sqlx::{Connection, QueryBuilder, Sqlite};
 
 use super::{
     Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec, origin_message_id,
@@ -34,13 +39,13 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 /// How long a statement waits for another connection's write lock before
 /// failing with UNAVAILABLE.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections in the pool: WAL lets readers run beside the one writer.
-pub const MAX_CONNECTIONS: u32 = 8;
+/// Reader connections: WAL lets readers run beside the one writer.
+pub const MAX_READERS: u32 = 4;
 /// How long a request waits for a free connection.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
-const ACTIVE: [TaskState; 2] = [TaskState::Submitted, TaskState::Working];
-const TERMINAL: [TaskState; 4] = [
+pub(super) const ACTIVE: [TaskState; 2] = [TaskState::Submitted, TaskState::Working];
+pub(super) const TERMINAL: [TaskState; 4] = [
     TaskState::Completed,
     TaskState::Failed,
     TaskState::Canceled,
@@ -51,9 +56,10 @@ const TERMINAL: [TaskState; 4] = [
 #[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    writer: writer::WriterHandle,
 }
 
-fn map_err(e: sqlx::Error) -> StoreError {
+pub(super) fn map_err(e: sqlx::Error) -> StoreError {
     match e {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
             StoreError::Unavailable(format!("sqlite: {e}"))
@@ -66,7 +72,7 @@ fn map_err(e: sqlx::Error) -> StoreError {
     }
 }
 
-fn state_list(states: &[TaskState]) -> String {
+pub(super) fn state_list(states: &[TaskState]) -> String {
     states
         .iter()
         .map(|s| (*s as i32).to_string())
@@ -101,33 +107,41 @@ impl SqliteStore {
     }
 
     async fn connect(options: SqliteConnectOptions) -> Result<Self, StoreError> {
-        let pool = SqlitePoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
+        let mut write_conn = SqliteConnection::connect_with(&options)
             .await
             .map_err(map_err)?;
         MIGRATOR
-            .run(&pool)
+            .run(&mut write_conn)
             .await
             .map_err(|e| StoreError::Internal(format!("sqlite migration failed: {e}")))?;
-        Ok(SqliteStore { pool })
+        let pool = SqlitePoolOptions::new()
+            .max_connections(MAX_READERS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.read_only(true))
+            .await
+            .map_err(map_err)?;
+        Ok(SqliteStore {
+            pool,
+            writer: writer::WriterHandle::spawn(write_conn),
+        })
     }
 
-    /// Closes the pool, checkpointing the WAL.
+    /// Closes the reader pool (the writer stops when the last handle goes).
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
 
-    async fn exists(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
-        let row: Option<(i64,)> =
-            sqlx::query_as("SELECT version FROM tasks WHERE tenant = ? AND id = ?")
-                .bind(tenant.as_bytes())
-                .bind(id.as_bytes())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_err)?;
-        Ok(row.is_some())
+fn row(tenant: &str, record: &TaskRecord) -> writer::Row {
+    let task = &record.task;
+    writer::Row {
+        tenant: tenant.as_bytes().to_vec(),
+        id: task.id.as_bytes().to_vec(),
+        context_id: task.context_id.as_bytes().to_vec(),
+        state: record.state() as i32,
+        status: status_key(task),
+        origin_message_id: origin_message_id(record).as_bytes().to_vec(),
+        record: codec::encode(record),
     }
 }
 
@@ -165,39 +179,19 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, query: &ListQuery) 
 #[async_trait]
 impl TaskStore for SqliteStore {
     async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
-        let task = &record.task;
-        let (seconds, nanos) = status_key(task);
-        let result = sqlx::query(
-            "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, status_nanos, \
-             origin_message_id, version, record) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
-        )
-        .bind(tenant.as_bytes())
-        .bind(task.id.as_bytes())
-        .bind(task.context_id.as_bytes())
-        .bind(record.state() as i32)
-        .bind(seconds)
-        .bind(nanos)
-        .bind(origin_message_id(record).as_bytes())
-        .bind(codec::encode(record))
-        .execute(&self.pool)
-        .await;
-        match result {
-            Ok(_) => Ok(1),
-            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                if self.exists(tenant, &task.id).await? {
-                    return Err(StoreError::AlreadyExists(task.id.clone()));
-                }
-                match self
-                    .find_by_origin(tenant, origin_message_id(record))
-                    .await?
-                {
-                    Some(existing) => Err(StoreError::DuplicateMessage {
-                        task_id: existing.record.task.id,
-                    }),
-                    None => Err(StoreError::Internal(format!("sqlite: {db}"))),
-                }
-            }
-            Err(e) => Err(map_err(e)),
+        match self
+            .writer
+            .write(writer::Write::Create(row(tenant, record)))
+            .await?
+        {
+            writer::Outcome::Created => Ok(1),
+            writer::Outcome::IdTaken => Err(StoreError::AlreadyExists(record.task.id.clone())),
+            writer::Outcome::OriginTaken(id) => Err(StoreError::DuplicateMessage {
+                task_id: String::from_utf8_lossy(&id).into_owned(),
+            }),
+            _ => Err(StoreError::Internal(
+                "sqlite writer answered out of turn".into(),
+            )),
         }
     }
 
@@ -237,40 +231,21 @@ impl TaskStore for SqliteStore {
         record: &TaskRecord,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
-        let task = &record.task;
-        let (seconds, nanos) = status_key(task);
-        let done = sqlx::query(
-            "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, status_nanos = ?, \
-             version = version + 1, record = ? WHERE tenant = ? AND id = ? AND version = ?",
-        )
-        .bind(task.context_id.as_bytes())
-        .bind(record.state() as i32)
-        .bind(seconds)
-        .bind(nanos)
-        .bind(codec::encode(record))
-        .bind(tenant.as_bytes())
-        .bind(task.id.as_bytes())
-        .bind(expected_version as i64)
-        .execute(&self.pool)
-        .await
-        .map_err(map_err)?;
-        if done.rows_affected() == 1 {
-            return Ok(expected_version + 1);
-        }
-        let current: Option<(i64,)> =
-            sqlx::query_as("SELECT version FROM tasks WHERE tenant = ? AND id = ?")
-                .bind(tenant.as_bytes())
-                .bind(task.id.as_bytes())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_err)?;
-        match current {
-            None => Err(StoreError::NotFound(task.id.clone())),
-            Some((actual,)) => Err(StoreError::Conflict {
-                id: task.id.clone(),
+        let write = writer::Write::Update {
+            row: row(tenant, record),
+            expected_version: expected_version as i64,
+        };
+        match self.writer.write(write).await? {
+            writer::Outcome::Updated(version) => Ok(version),
+            writer::Outcome::Stale(None) => Err(StoreError::NotFound(record.task.id.clone())),
+            writer::Outcome::Stale(Some(actual)) => Err(StoreError::Conflict {
+                id: record.task.id.clone(),
                 expected: expected_version,
                 actual: actual as u64,
             }),
+            _ => Err(StoreError::Internal(
+                "sqlite writer answered out of turn".into(),
+            )),
         }
     }
 
@@ -355,20 +330,14 @@ impl TaskStore for SqliteStore {
     }
 
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
-        let (s, n) = time_key(before);
-        // The state list is made of our own enum numbers, not client input.
-        let sql = format!(
-            "DELETE FROM tasks WHERE state IN ({}) AND \
-             (status_seconds < ? OR (status_seconds = ? AND status_nanos < ?))",
-            state_list(&TERMINAL)
-        );
-        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(s)
-            .bind(s)
-            .bind(n)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
+        let write = writer::Write::Purge {
+            before: time_key(before),
+        };
+        match self.writer.write(write).await? {
+            writer::Outcome::Purged(n) => Ok(n),
+            _ => Err(StoreError::Internal(
+                "sqlite writer answered out of turn".into(),
+            )),
+        }
     }
 }
