@@ -68,6 +68,9 @@ pub(super) enum Outcome {
 
 type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
 
+/// A RETURNING row: (tag, segment, tenant, id, version).
+type Returned = (String, i64, Vec<u8>, Vec<u8>, i64);
+
 #[derive(Clone)]
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<(Write, Reply)>,
@@ -114,7 +117,7 @@ async fn commit_batch(
         push_segment(&mut qb, n as i64, &writes, segment);
     }
     qb.push("COMMIT;");
-    let rows: Result<Vec<(String, i64, Vec<u8>, Vec<u8>, i64)>, _> = qb
+    let rows: Result<Vec<Returned>, _> = qb
         .build_query_as()
         .persistent(false)
         .fetch_all(&mut *conn)
