@@ -4,10 +4,23 @@
 //! A `LiveTask` exists while a run, a stream or a request holds it, and is
 //! forgotten when the last holder drops it; the store stays the source of
 //! truth and the cache is reloaded from it after any failed write.
+//!
+//! Events are accepted and committed in two steps. Accepting ([`submit`])
+//! validates an event with the lifecycle core and applies it to the working
+//! copy of the task, in order, under the task's lock. Committing happens in
+//! the background, one store write at a time per task: each write carries
+//! every event accepted since the previous one (so an agent that emits
+//! faster than the store commits costs one write per batch, not per event).
+//! Only after a write commits are its events broadcast, the committed copy
+//! (what snapshots and reads see) advanced, and waiters told. Nothing is
+//! told before it is committed; a client request that changes the task
+//! (a message, a cancel) waits for its own commit before answering.
+//!
+//! [`submit`]: LiveTask::submit_locked
 
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::{MutexGuard, broadcast, watch};
+use tokio::sync::{MutexGuard, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{Shared, TaskHandle, TaskKey, now, store_error};
@@ -36,20 +49,65 @@ pub(crate) type Broadcast = Arc<Result<StreamResponse, A2aError>>;
 /// created on first subscription: most tasks are never streamed, and the
 /// ring costs `subscriber_buffer` slots.
 pub(crate) struct Loaded {
+    /// Every accepted event applied, committed or not.
     pub(crate) record: TaskRecord,
-    pub(crate) version: u64,
+    /// What the store holds at `version`: what readers and new subscribers
+    /// see.
+    committed: TaskRecord,
+    version: u64,
+    /// Accepted, not yet committed, in order.
+    pending: Vec<Pending>,
+    /// A background flush is running.
+    flushing: bool,
+    /// A commit failed and dropped accepted events; reported to the agent's
+    /// next event.
+    failure: Option<StoreError>,
     events: Option<broadcast::Sender<Broadcast>>,
+}
+
+/// An accepted event waiting for its commit.
+struct Pending {
+    event: TaskEvent,
+    origin: Origin,
+    out: Option<StreamResponse>,
+    notify: Vec<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 impl Loaded {
     pub(crate) fn new(record: TaskRecord, version: u64) -> Self {
         Loaded {
+            committed: record.clone(),
             record,
             version,
+            pending: Vec::new(),
+            flushing: false,
+            failure: None,
             events: None,
         }
     }
+
+    /// The committed task: what a reader may be shown.
+    pub(crate) fn task(&self) -> &Task {
+        &self.committed.task
+    }
 }
+
+/// Resolves when an accepted event is committed, or fails with the store's
+/// error when it was dropped.
+pub(crate) struct Commit(oneshot::Receiver<Result<(), StoreError>>);
+
+impl Commit {
+    pub(crate) async fn wait(self) -> Result<(), StoreError> {
+        self.0
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Internal("commit abandoned".into())))
+    }
+}
+
+/// Accepted events a task may hold uncommitted before an agent's next event
+/// waits for its own commit (backpressure on an agent faster than the
+/// store).
+pub const MAX_PENDING_EVENTS: usize = 256;
 
 pub(crate) type StateGuard<'a> = MutexGuard<'a, Option<Loaded>>;
 
@@ -90,6 +148,13 @@ impl Drop for LiveTask {
     }
 }
 
+fn policy(shared: &Shared, origin: Origin) -> TransitionPolicy {
+    match origin {
+        Origin::Agent => shared.config.policy,
+        Origin::Server => TransitionPolicy::Permissive,
+    }
+}
+
 /// Who produced an event. The configured transition policy binds agents;
 /// the server's own safety transitions (CANCELED on CancelTask, FAILED when
 /// an executor fails) are checked only by the permissive rules (nothing out
@@ -99,10 +164,6 @@ pub(crate) enum Origin {
     Agent,
     Server,
 }
-
-/// Conflicting concurrent writers (another replica) are retried this often
-/// from the fresh copy before the write fails.
-const MAX_CONFLICT_RETRIES: usize = 3;
 
 impl LiveTask {
     pub(crate) fn new(key: TaskKey, shared: Weak<Shared>) -> Self {
@@ -153,66 +214,180 @@ impl LiveTask {
         guard
     }
 
-    /// Applies `event` under the held lock: lifecycle core, then store, then
-    /// broadcast and progress. Nothing is told before the store accepted it.
-    pub(crate) async fn apply_locked(
-        &self,
-        shared: &Shared,
+    /// Accepts `event` under the held lock: the lifecycle core validates it
+    /// and applies it to the working copy; a background flush commits it.
+    /// The returned [`Commit`] resolves once it is in the store. An agent's
+    /// event is refused with the store's error if an earlier commit failed.
+    pub(crate) fn submit_locked(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
         guard: &mut StateGuard<'_>,
         event: TaskEvent,
         origin: Origin,
+    ) -> Result<Commit, ApplyFailure> {
+        let loaded = guard.as_mut().expect("submit on a loaded task");
+        if origin == Origin::Agent
+            && let Some(e) = loaded.failure.take()
+        {
+            return Err(ApplyFailure::Store(e));
+        }
+        let out = loaded
+            .record
+            .apply(event.clone(), now(), policy(shared, origin))?;
+        let (tx, rx) = oneshot::channel();
+        loaded.pending.push(Pending {
+            event,
+            origin,
+            out,
+            notify: vec![tx],
+        });
+        if !loaded.flushing {
+            loaded.flushing = true;
+            tokio::spawn(self.clone().flush(shared.clone()));
+        }
+        Ok(Commit(rx))
+    }
+
+    /// Accepts `event` and waits for its commit (for client requests).
+    pub(crate) async fn apply(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        mut guard: StateGuard<'_>,
+        event: TaskEvent,
+        origin: Origin,
     ) -> Result<(), ApplyFailure> {
-        let policy = match origin {
-            Origin::Agent => shared.config.policy,
-            Origin::Server => TransitionPolicy::Permissive,
-        };
-        let mut attempt = 0;
+        let commit = self.submit_locked(shared, &mut guard, event, origin)?;
+        drop(guard);
+        Ok(commit.wait().await?)
+    }
+
+    /// Resolves when everything accepted so far is committed (or dropped).
+    pub(crate) fn barrier_locked(guard: &mut StateGuard<'_>) -> Commit {
+        let (tx, rx) = oneshot::channel();
+        match guard.as_mut().and_then(|l| l.pending.last_mut()) {
+            Some(last) => last.notify.push(tx),
+            None => {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        Commit(rx)
+    }
+
+    /// Whether this task holds so many uncommitted events that an agent
+    /// should wait for its own.
+    pub(crate) fn backlogged(guard: &StateGuard<'_>) -> bool {
+        guard
+            .as_ref()
+            .is_some_and(|l| l.pending.len() >= MAX_PENDING_EVENTS)
+    }
+
+    /// Commits accepted events in order, one store write per round, until
+    /// none are left.
+    async fn flush(self: Arc<Self>, shared: Arc<Shared>) {
         loop {
-            let loaded = guard.as_mut().expect("apply on a loaded task");
-            let mut next = loaded.record.clone();
-            let out = next.apply(event.clone(), now(), policy)?;
-            match shared
-                .store
-                .update(&self.key.tenant, &next, loaded.version)
-                .await
-            {
-                Ok(version) => {
-                    loaded.record = next;
-                    loaded.version = version;
-                    self.publish(loaded, out);
-                    return Ok(());
+            // Let the emitter that started this flush go on first: events it
+            // emits right away join this write instead of needing another.
+            tokio::task::yield_now().await;
+            let (record, version, count) = {
+                let mut guard = self.state.lock().await;
+                let Some(loaded) = guard.as_mut() else { return };
+                if loaded.pending.is_empty() {
+                    loaded.flushing = false;
+                    return;
                 }
-                Err(StoreError::Conflict { .. }) if attempt < MAX_CONFLICT_RETRIES => {
-                    attempt += 1;
-                    self.reload(shared, guard).await?;
+                (loaded.record.clone(), loaded.version, loaded.pending.len())
+            };
+            let result = shared
+                .store
+                .update(&self.key.tenant, &record, version)
+                .await;
+            let mut guard = self.state.lock().await;
+            let Some(loaded) = guard.as_mut() else { return };
+            match result {
+                Ok(version) => {
+                    loaded.version = version;
+                    loaded.committed = record;
+                    let done: Vec<Pending> = loaded.pending.drain(..count).collect();
+                    for p in done {
+                        self.publish(loaded, p.out);
+                        for n in p.notify {
+                            let _ = n.send(Ok(()));
+                        }
+                    }
+                }
+                Err(StoreError::Conflict { .. }) => {
+                    // Another writer moved the task: rebase what is pending
+                    // on the stored copy, or drop it all if it no longer
+                    // applies.
+                    if let Err(e) = self.rebase(&shared, loaded).await {
+                        self.drop_pending(loaded, e);
+                    }
                 }
                 Err(e) => {
-                    // Streams must not hang waiting for an event that was
-                    // never recorded: they end with the store's error, and
-                    // blocking waiters wake up. The cache may differ from the
-                    // store now: reload it on next use.
                     tracing::error!(task_id = %self.key.id, error = %e, "task write failed");
-                    if let Some(tx) = &loaded.events {
-                        let _ = tx.send(Arc::new(Err(store_error(e.clone()))));
+                    self.drop_pending(loaded, e);
+                    // The working copy held the dropped events: reload.
+                    match shared.store.get(&self.key.tenant, &self.key.id).await {
+                        Ok(Some(stored)) => {
+                            loaded.record = stored.record.clone();
+                            loaded.committed = stored.record;
+                            loaded.version = stored.version;
+                        }
+                        _ => {
+                            *guard = None;
+                            return;
+                        }
                     }
-                    self.progress.send_modify(|p| p.write_failures += 1);
-                    **guard = None;
-                    return Err(e.into());
                 }
             }
         }
     }
 
-    async fn reload(&self, shared: &Shared, guard: &mut StateGuard<'_>) -> Result<(), StoreError> {
+    /// After a version conflict: reloads the stored task and re-applies
+    /// the pending events to it.
+    async fn rebase(&self, shared: &Shared, loaded: &mut Loaded) -> Result<(), StoreError> {
         let stored = shared
             .store
             .get(&self.key.tenant, &self.key.id)
             .await?
             .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
-        let loaded = guard.as_mut().expect("reload a loaded task");
-        loaded.record = stored.record;
+        let mut record = stored.record.clone();
+        let mut outs = Vec::with_capacity(loaded.pending.len());
+        for p in &loaded.pending {
+            let out = record
+                .apply(p.event.clone(), now(), policy(shared, p.origin))
+                .map_err(|e| StoreError::Conflict {
+                    id: format!("{} ({e})", self.key.id),
+                    expected: loaded.version,
+                    actual: stored.version,
+                })?;
+            outs.push(out);
+        }
+        for (p, out) in loaded.pending.iter_mut().zip(outs) {
+            p.out = out;
+        }
+        loaded.committed = stored.record;
         loaded.version = stored.version;
+        loaded.record = record;
         Ok(())
+    }
+
+    /// Drops every pending event after a failed commit: their waiters get
+    /// the error, open streams end with it (they must not hang waiting for
+    /// events that were never recorded), blocking waiters wake up, and the
+    /// agent hears of it at its next event.
+    fn drop_pending(&self, loaded: &mut Loaded, e: StoreError) {
+        for p in loaded.pending.drain(..) {
+            for n in p.notify {
+                let _ = n.send(Err(e.clone()));
+            }
+        }
+        if let Some(tx) = &loaded.events {
+            let _ = tx.send(Arc::new(Err(store_error(e.clone()))));
+        }
+        loaded.record = loaded.committed.clone();
+        loaded.failure = Some(e);
+        self.progress.send_modify(|p| p.write_failures += 1);
     }
 
     fn publish(&self, loaded: &mut Loaded, out: Option<StreamResponse>) {
@@ -247,7 +422,7 @@ impl LiveTask {
         let events = subscribe.then(|| self.subscribe_locked(loaded));
         TaskHandle {
             live: self.clone(),
-            snapshot: task_view(&loaded.record.task, history, true),
+            snapshot: task_view(loaded.task(), history, true),
             events,
             baseline: *self.progress.borrow(),
             history,
@@ -265,7 +440,7 @@ impl LiveTask {
     ) -> Result<super::SendOutcome, A2aError> {
         let mut guard = self.lock_loaded(shared).await?;
         let loaded = guard.as_mut().expect("loaded");
-        let settled = loaded.record.state().ends_blocking_wait();
+        let settled = loaded.committed.state().ends_blocking_wait();
         let mut handle = self.handle(loaded, history, subscribe && !settled);
         handle.settled = settled;
         Ok(super::SendOutcome::Task(Box::new(handle)))
@@ -306,7 +481,7 @@ impl LiveTask {
         let mut guard = self.lock_loaded(shared).await?;
         let loaded = guard.as_mut().expect("loaded");
         let rx = self.subscribe_locked(loaded);
-        Ok((loaded.record.task.clone(), rx))
+        Ok((loaded.task().clone(), rx))
     }
 
     /// The current task as a reader asked for it.
@@ -318,7 +493,7 @@ impl LiveTask {
     ) -> Result<Task, A2aError> {
         let guard = self.lock_loaded(shared).await?;
         let loaded = guard.as_ref().expect("loaded");
-        Ok(task_view(&loaded.record.task, history, include_artifacts))
+        Ok(task_view(loaded.task(), history, include_artifacts))
     }
 
     pub(crate) fn set_run_cancel(&self, token: Option<CancellationToken>) {

@@ -274,21 +274,24 @@ impl TaskManager {
         }
         let mut message = message;
         message.context_id = task.context_id.clone();
-        live.apply_locked(
+        // The client is told (snapshot, stream) only once the message is
+        // committed.
+        live.apply(
             &self.shared,
-            &mut state,
+            state,
             TaskEvent::UserMessage(message.clone()),
             Origin::Server,
         )
         .await?;
+        let mut state = live.lock_loaded(&self.shared).await?;
         let loaded = state.as_mut().expect("loaded");
         let handle = live.handle(loaded, history, subscribe);
         let ctx = RequestContext {
             tenant: tenant.to_owned(),
-            task_id: loaded.record.task.id.clone(),
-            context_id: loaded.record.task.context_id.clone(),
+            task_id: loaded.task().id.clone(),
+            context_id: loaded.task().context_id.clone(),
             message,
-            task: Some(loaded.record.task.clone()),
+            task: Some(loaded.task().clone()),
             cancelled: self.shared.shutdown.child_token(),
         };
         live.set_run_cancel(Some(ctx.cancelled.clone()));
@@ -347,7 +350,7 @@ impl TaskManager {
     /// CANCELED, committed before this returns.
     pub async fn cancel_task(&self, tenant: &str, id: &str) -> Result<Task, A2aError> {
         let live = self.live(tenant, id);
-        let mut state = live.lock_loaded(&self.shared).await?;
+        let state = live.lock_loaded(&self.shared).await?;
         let current = state.as_ref().expect("loaded").record.state();
         if current.is_terminal() {
             return Err(A2aError::TaskNotCancelable {
@@ -364,11 +367,9 @@ impl TaskManager {
             message: Some(agent_text("Task canceled at the client's request.")),
             metadata: None,
         });
-        live.apply_locked(&self.shared, &mut state, event, Origin::Server)
+        live.apply(&self.shared, state, event, Origin::Server)
             .await?;
-        let loaded = state.as_ref().expect("loaded");
-        let task = loaded.record.task.clone();
-        drop(state);
+        let task = live.view(&self.shared, HistoryLength::All, true).await?;
         if let Some(agent) = self.shared.agents.route(tenant) {
             let ctx = RequestContext {
                 tenant: tenant.to_owned(),
@@ -434,7 +435,7 @@ impl TaskManager {
         let mut failed = 0;
         for (tenant, stored) in active {
             let live = self.live(&tenant, &stored.record.task.id);
-            let mut state = live.lock_loaded(&self.shared).await?;
+            let state = live.lock_loaded(&self.shared).await?;
             if !state.as_ref().expect("loaded").record.state().is_active() {
                 continue;
             }
@@ -443,7 +444,7 @@ impl TaskManager {
                 message: Some(agent_text(RESTART_FAILURE)),
                 metadata: None,
             });
-            live.apply_locked(&self.shared, &mut state, event, Origin::Server)
+            live.apply(&self.shared, state, event, Origin::Server)
                 .await?;
             failed += 1;
         }

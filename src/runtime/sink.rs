@@ -186,7 +186,16 @@ impl EventSink {
             A2aError::TaskNotFound { task_id } => SinkError::Store(StoreError::NotFound(task_id)),
             other => SinkError::Store(StoreError::Internal(other.to_string())),
         })?;
-        live.apply_locked(shared, &mut state, event, origin).await?;
+        // An agent's event is accepted in order and committed in the
+        // background (batched with its neighbours); the agent waits for the
+        // commit only when the task's backlog is full, or for the server's
+        // own events.
+        let backlogged = LiveTask::backlogged(&state);
+        let commit = live.submit_locked(shared, &mut state, event, origin)?;
+        drop(state);
+        if backlogged || origin == Origin::Server {
+            commit.wait().await?;
+        }
         Ok(())
     }
 
@@ -253,23 +262,20 @@ impl EventSink {
         Ok(live)
     }
 
-    /// Ends the run: a task left active (or any task, when the executor
-    /// failed) moves to FAILED with `failure` as its status message, so no
-    /// task is left stuck; then waiters are told the run is over.
     /// `--task-timeout` expired: a task still active is FAILED with
     /// `reason` (its subscribers see the terminal event) and the executor is
     /// cancelled. An interrupted task is left alone: it waits on the client,
     /// not on the agent.
     pub(crate) async fn time_out(&self, reason: String) {
+        let event = TaskEvent::Status(StatusUpdate {
+            state: TaskState::Failed,
+            message: Some(agent_text(reason)),
+            metadata: None,
+        });
         let mode = self.inner.mode.lock().await;
         let failed = match &*mode {
             SinkMode::Pending { .. } => {
                 drop(mode);
-                let event = TaskEvent::Status(StatusUpdate {
-                    state: TaskState::Failed,
-                    message: Some(agent_text(reason)),
-                    metadata: None,
-                });
                 self.emit_as(event, Origin::Server).await.is_ok()
             }
             SinkMode::Live { live, .. } => {
@@ -277,16 +283,10 @@ impl EventSink {
                 drop(mode);
                 let shared = &self.inner.shared;
                 match live.lock_loaded(shared).await {
-                    Ok(mut state) if state.as_ref().expect("loaded").record.state().is_active() => {
-                        let event = TaskEvent::Status(StatusUpdate {
-                            state: TaskState::Failed,
-                            message: Some(agent_text(reason)),
-                            metadata: None,
-                        });
-                        live.apply_locked(shared, &mut state, event, Origin::Server)
-                            .await
-                            .is_ok()
-                    }
+                    Ok(state) if state.as_ref().expect("loaded").record.state().is_active() => live
+                        .apply(shared, state, event, Origin::Server)
+                        .await
+                        .is_ok(),
                     _ => false,
                 }
             }
@@ -297,6 +297,10 @@ impl EventSink {
         }
     }
 
+    /// Ends the run: a task left active (or any task, when the executor
+    /// failed) moves to FAILED with `failure` as its status message, so no
+    /// task is left stuck; once everything the agent emitted is committed,
+    /// waiters are told the run is over.
     pub(crate) async fn finish(&self, failure: Option<String>) {
         let pending = matches!(*self.inner.mode.lock().await, SinkMode::Pending { .. });
         if pending {
@@ -319,6 +323,7 @@ impl EventSink {
             let shared = &self.inner.shared;
             if let Ok(mut state) = live.lock_loaded(shared).await {
                 let current = state.as_ref().expect("loaded").record.state();
+                let flushed = LiveTask::barrier_locked(&mut state);
                 let reason = match (&failure, current) {
                     (_, s) if s.is_terminal() => None,
                     (Some(f), _) => Some(f.clone()),
@@ -332,17 +337,21 @@ impl EventSink {
                     )),
                     (None, _) => None,
                 };
-                if let Some(reason) = reason {
-                    let event = TaskEvent::Status(StatusUpdate {
-                        state: TaskState::Failed,
-                        message: Some(agent_text(reason)),
-                        metadata: None,
-                    });
-                    if let Err(e) = live
-                        .apply_locked(shared, &mut state, event, Origin::Server)
-                        .await
-                    {
-                        tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task");
+                match reason {
+                    Some(reason) => {
+                        let event = TaskEvent::Status(StatusUpdate {
+                            state: TaskState::Failed,
+                            message: Some(agent_text(reason)),
+                            metadata: None,
+                        });
+                        if let Err(e) = live.apply(shared, state, event, Origin::Server).await {
+                            tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task");
+                        }
+                    }
+                    None => {
+                        drop(state);
+                        // Errors were already reported to streams and waiters.
+                        let _ = flushed.wait().await;
                     }
                 }
             }

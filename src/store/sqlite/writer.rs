@@ -77,10 +77,20 @@ pub(super) struct WriterHandle {
 }
 
 impl WriterHandle {
-    pub fn spawn(conn: SqliteConnection) -> Self {
+    /// Starts the writer on a thread of its own: as a task among the
+    /// server's, its batches would wait behind request handling whenever
+    /// the runtime is busy, and every write waits on it.
+    pub fn spawn(conn: SqliteConnection) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-        tokio::spawn(run(conn, rx));
-        WriterHandle { tx }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("sqlite writer runtime: {e}")))?;
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || runtime.block_on(run(conn, rx)))
+            .map_err(|e| StoreError::Unavailable(format!("sqlite writer thread: {e}")))?;
+        Ok(WriterHandle { tx })
     }
 
     pub async fn write(&self, write: Write) -> Result<Outcome, StoreError> {
@@ -314,7 +324,7 @@ async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Outcome, St
                         return Ok(Outcome::IdTaken);
                     }
                     let origin: Option<(Vec<u8>,)> = sqlx::query_as(
-                        "SELECT id FROM tasks WHERE tenant = ? AND origin_message_id = ?",
+                        "SELECT id FROM tasks WHERE tenant = ? AND origin_message_id = ? AND origin_message_id <> x''",
                     )
                     .bind(&row.tenant)
                     .bind(&row.origin_message_id)
