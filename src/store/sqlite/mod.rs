@@ -50,6 +50,12 @@ pub const MAX_READERS: u32 = 4;
 /// How long a request waits for a free connection.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The task created by a message. The `<> x''` term restates the partial
+/// unique index's condition so SQLite can use the index; without it this
+/// is a scan of every task (a test pins the plan).
+const FIND_BY_ORIGIN: &str = "SELECT record, version FROM tasks \
+     WHERE tenant = ? AND origin_message_id = ? AND origin_message_id <> x''";
+
 pub(super) const ACTIVE: [TaskState; 2] = [TaskState::Submitted, TaskState::Working];
 pub(super) const TERMINAL: [TaskState; 4] = [
     TaskState::Completed,
@@ -215,15 +221,12 @@ impl TaskStore for SqliteStore {
         if message_id.is_empty() {
             return Ok(None);
         }
-        // The `<> x''` term lets SQLite use the partial unique index.
-        let row: Option<(Vec<u8>, i64)> = sqlx::query_as(
-            "SELECT record, version FROM tasks WHERE tenant = ? AND origin_message_id = ? AND origin_message_id <> x''",
-        )
-        .bind(tenant.as_bytes())
-        .bind(message_id.as_bytes())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let row: Option<(Vec<u8>, i64)> = sqlx::query_as(FIND_BY_ORIGIN)
+            .bind(tenant.as_bytes())
+            .bind(message_id.as_bytes())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
         row.map(|(r, v)| stored(r, v)).transpose()
     }
 
@@ -352,5 +355,41 @@ impl TaskStore for SqliteStore {
                 "sqlite writer answered out of turn".into(),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every hot-path lookup must use an index, not scan the table.
+    #[tokio::test]
+    async fn lookups_use_indexes() {
+        let path = std::env::temp_dir()
+            .join("a2a-lifecycle-unit")
+            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        for (sql, index) in [
+            (FIND_BY_ORIGIN, "tasks_by_origin"),
+            (
+                "SELECT record, version FROM tasks WHERE tenant = ? AND id = ?",
+                "PRIMARY KEY",
+            ),
+        ] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind(b"t".to_vec())
+                    .bind(b"m".to_vec())
+                    .fetch_all(&store.pool)
+                    .await
+                    .unwrap();
+            let detail: Vec<_> = plan.iter().map(|r| r.3.as_str()).collect();
+            assert!(
+                detail.iter().any(|d| d.contains(index))
+                    && !detail.iter().any(|d| d.starts_with("SCAN")),
+                "{sql}: {detail:?}"
+            );
+        }
+        let _ = std::fs::remove_file(&path);
     }
 }
