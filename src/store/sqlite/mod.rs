@@ -11,7 +11,7 @@
 //! lets run beside the writer. Updates carry `WHERE version = ?` for
 //! optimistic concurrency.
 
-mod writer;
+pub mod writer;
 
 use std::path::Path;
 use std::str::FromStr;
