@@ -1,36 +1,14 @@
 //! The `a2a-lifecycle` binary: `serve` on an ephemeral port, the client
 //! subcommands against it, and a clean exit on SIGTERM.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_a2a-lifecycle");
+use std::process::Command;
 
-/// Starts `serve --listen 127.0.0.1:0` and reads the bound address from its
-/// log line (no port races).
-fn start_server() -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("serve exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("addr=").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, format!("http://{addr}"))
+use support::{BIN, spawn_serve};
+
+fn start_server() -> (std::process::Child, String) {
+    spawn_serve(&["--store", "memory"])
 }
 
 fn client(server: &str, args: &[&str]) -> String {

@@ -3,9 +3,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -27,8 +26,6 @@ use a2a_lifecycle::store::{
 };
 use support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_a2a-lifecycle");
-
 fn scratch_db() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("durability")
@@ -36,36 +33,11 @@ fn scratch_db() -> PathBuf {
         .join("tasks.db")
 }
 
-/// `serve` on an ephemeral port over the SQLite file at `db`; the bound
-/// address is read from its log.
+/// `serve` on an ephemeral port over the SQLite file at `db`, with a
+/// deployer whose approval never comes during the test.
 fn serve(db: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--deployer-approval-delay",
-            "1h",
-        ])
-        .arg("--store")
-        .arg(format!("sqlite:{}", db.display()))
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("serve exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("addr=").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, format!("http://{addr}"))
+    let store = format!("sqlite:{}", db.display());
+    spawn_serve(&["--deployer-approval-delay", "1h", "--store", &store])
 }
 
 async fn get(client: &mut Client, tenant: &str, id: &str) -> Result<Task, tonic::Status> {

@@ -296,16 +296,7 @@ mod tests {
     use super::*;
     use crate::proto::{Part, part::Content};
 
-    const REAL: [TaskState; 8] = [
-        TaskState::Submitted,
-        TaskState::Working,
-        TaskState::Completed,
-        TaskState::Failed,
-        TaskState::Canceled,
-        TaskState::InputRequired,
-        TaskState::Rejected,
-        TaskState::AuthRequired,
-    ];
+    const REAL: [TaskState; 8] = TaskState::REAL;
 
     fn ts(seconds: i64) -> Timestamp {
         Timestamp { seconds, nanos: 0 }

@@ -70,6 +70,18 @@ impl TaskState {
         self.is_terminal() || self.is_interrupted()
     }
 
+    /// The eight states a task can be in, in number order.
+    pub const REAL: [TaskState; 8] = [
+        TaskState::Submitted,
+        TaskState::Working,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Canceled,
+        TaskState::InputRequired,
+        TaskState::Rejected,
+        TaskState::AuthRequired,
+    ];
+
     /// Every value of the enum, in number order, `UNSPECIFIED` included.
     pub const ALL: [TaskState; 9] = [
         TaskState::Unspecified,

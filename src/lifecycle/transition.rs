@@ -75,16 +75,7 @@ mod tests {
     use super::*;
     use TaskState::*;
 
-    const REAL: [TaskState; 8] = [
-        Submitted,
-        Working,
-        Completed,
-        Failed,
-        Canceled,
-        InputRequired,
-        Rejected,
-        AuthRequired,
-    ];
+    const REAL: [TaskState; 8] = TaskState::REAL;
 
     /// Exhaustive: every (from, to) pair under the permissive policy.
     #[test]

@@ -2,7 +2,9 @@
 //! generated tonic client.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -216,4 +218,34 @@ pub fn assert_bad_field(status: &Status, field: &str) {
         "expected a violation on {field}, got {:?}",
         bad.field_violations
     );
+}
+
+/// The `a2a-lifecycle` binary built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_a2a-lifecycle");
+
+/// Runs `a2a-lifecycle serve --listen 127.0.0.1:0 ARGS...` and reads the
+/// bound address from its log (no port races); returns the child and the
+/// server URL.
+pub fn spawn_serve(args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("serve exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split("addr=").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, format!("http://{addr}"))
 }
