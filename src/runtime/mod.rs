@@ -210,20 +210,11 @@ impl TaskManager {
             )
         })?;
         if message.task_id.is_empty() {
-            // Idempotent sends: the same message (tenant, message_id) that
-            // already created a task gets that task, not a second one.
-            if let Some(existing) = self
-                .shared
-                .store
-                .find_by_origin(tenant, &message.message_id)
-                .await
-                .map_err(store_error)?
-            {
-                let live = self.live(tenant, &existing.record.task.id);
-                return live
-                    .duplicate_handle(&self.shared, history, subscribe)
-                    .await;
-            }
+            // Idempotent sends: the store refuses a second task created by
+            // the same (tenant, message_id), and the run then answers with
+            // the first task (see `EventSink::create_task`). Checking at
+            // creation rather than before costs nothing on the common path
+            // and also settles concurrent repeats.
             return run::start_new(&self.shared, agent, tenant, message, history, subscribe).await;
         }
 
