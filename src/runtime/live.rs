@@ -86,6 +86,13 @@ impl Loaded {
         }
     }
 
+    /// A new task not yet in the store: its first flush creates it. Until
+    /// then its committed copy is the task as created (SUBMITTED), which is
+    /// what the creating request's snapshot shows.
+    pub(crate) fn uncreated(record: TaskRecord) -> Self {
+        Loaded::new(record, 0)
+    }
+
     /// The committed task: what a reader may be shown.
     pub(crate) fn task(&self) -> &Task {
         &self.committed.task
@@ -297,10 +304,15 @@ impl LiveTask {
                 }
                 (loaded.record.clone(), loaded.version, loaded.pending.len())
             };
-            let result = shared
-                .store
-                .update(&self.key.tenant, &record, version)
-                .await;
+            // Version 0: the task is new, and this write creates it.
+            let result = if version == 0 {
+                shared.store.create(&self.key.tenant, &record).await
+            } else {
+                shared
+                    .store
+                    .update(&self.key.tenant, &record, version)
+                    .await
+            };
             let mut guard = self.state.lock().await;
             let Some(loaded) = guard.as_mut() else { return };
             match result {
@@ -314,6 +326,13 @@ impl LiveTask {
                             let _ = n.send(Ok(()));
                         }
                     }
+                }
+                Err(e) if version == 0 => {
+                    // The create was refused (a repeat of the same message,
+                    // or the store failed): the task never existed.
+                    self.drop_pending(loaded, e);
+                    *guard = None;
+                    return;
                 }
                 Err(StoreError::Conflict { .. }) => {
                     // Another writer moved the task: rebase what is pending

@@ -290,6 +290,7 @@ impl TaskManager {
         let mode = SinkMode::Live {
             live: live.clone(),
             _run_guard: Some(run_guard),
+            answer: None,
         };
         run::spawn(&self.shared, agent, ctx, mode);
         Ok(SendOutcome::Task(Box::new(handle)))

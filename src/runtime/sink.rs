@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
-use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
+use super::live::{ApplyFailure, Commit, LiveTask, Loaded, Origin};
 use super::{SendOutcome, Shared, TaskKey, agent_text, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::{
@@ -18,6 +18,59 @@ use crate::lifecycle::{
 };
 use crate::proto::{Artifact, Message, Part, Role, TaskState, part::Content};
 use crate::store::StoreError;
+
+/// The answer owed to the request that created a task, sent once the
+/// task's first write commits.
+pub(crate) struct NewTaskAnswer {
+    tenant: String,
+    handle: Box<super::TaskHandle>,
+    history: HistoryLength,
+    subscribe: bool,
+    reply_to: Option<oneshot::Sender<Result<SendOutcome, A2aError>>>,
+}
+
+impl NewTaskAnswer {
+    /// Answers when `commit` resolves; returns the commit's outcome to the
+    /// emitter. A create refused as a repeat of the same message
+    /// (idempotent sends) answers with the task that message created.
+    fn answer_after(
+        self,
+        commit: Commit,
+        shared: Arc<Shared>,
+    ) -> impl std::future::Future<Output = Result<(), SinkError>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let result = commit.wait().await;
+            let outcome = match &result {
+                Ok(()) => Ok(SendOutcome::Task(self.handle)),
+                Err(StoreError::DuplicateMessage { task_id }) => {
+                    let existing = shared.live(TaskKey {
+                        tenant: self.tenant.clone(),
+                        id: task_id.clone(),
+                    });
+                    existing
+                        .duplicate_handle(&shared, self.history, self.subscribe)
+                        .await
+                }
+                Err(e) => Err(store_error(e.clone())),
+            };
+            if let Some(reply_to) = self.reply_to {
+                let _ = reply_to.send(outcome);
+            }
+            let _ = tx.send(result);
+        });
+        async move {
+            match rx.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(StoreError::DuplicateMessage { task_id })) => {
+                    Err(SinkError::Duplicate { task_id })
+                }
+                Ok(Err(e)) => Err(SinkError::Store(e)),
+                Err(_) => Err(SinkError::RunEnded),
+            }
+        }
+    }
+}
 
 /// Why the sink refused an event. An executor should stop on any of them.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +115,9 @@ pub(crate) enum SinkMode {
         live: Arc<LiveTask>,
         /// Held, never read: dropping it (run over) admits the next run.
         _run_guard: Option<OwnedMutexGuard<()>>,
+        /// Owed to the request that created the task until an event of
+        /// this run commits (the first one may be refused).
+        answer: Option<NewTaskAnswer>,
     },
     /// The agent answered with a direct message.
     Replied,
@@ -175,33 +231,64 @@ impl EventSink {
 
     async fn emit_as(&self, event: TaskEvent, origin: Origin) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
-        let live = match &mut *mode {
-            SinkMode::Pending { .. } => self.create_task(&mut mode).await?,
-            SinkMode::Live { live, .. } => live.clone(),
+        let (live, answer) = match &mut *mode {
+            SinkMode::Pending { .. } => {
+                let (live, answer) = self.create_task(&mut mode).await;
+                (live, Some(answer))
+            }
+            SinkMode::Live { live, answer, .. } => (live.clone(), answer.take()),
             SinkMode::Replied => return Err(SinkError::AlreadyReplied),
             SinkMode::Done => return Err(SinkError::RunEnded),
         };
         let shared = &self.inner.shared;
-        let mut state = live.lock_loaded(shared).await.map_err(|e| match e {
-            A2aError::TaskNotFound { task_id } => SinkError::Store(StoreError::NotFound(task_id)),
-            other => SinkError::Store(StoreError::Internal(other.to_string())),
-        })?;
         // An agent's event is accepted in order and committed in the
         // background (batched with its neighbours); the agent waits for the
         // commit only when the task's backlog is full, or for the server's
         // own events.
-        let backlogged = LiveTask::backlogged(&state);
-        let commit = live.submit_locked(shared, &mut state, event, origin)?;
-        drop(state);
+        let submitted = match live.lock_loaded(shared).await {
+            Ok(mut state) => {
+                let backlogged = LiveTask::backlogged(&state);
+                live.submit_locked(shared, &mut state, event, origin)
+                    .map(|commit| (commit, backlogged))
+                    .map_err(SinkError::from)
+            }
+            Err(A2aError::TaskNotFound { task_id }) => {
+                Err(SinkError::Store(StoreError::NotFound(task_id)))
+            }
+            Err(other) => Err(SinkError::Store(StoreError::Internal(other.to_string()))),
+        };
+        let (commit, backlogged) = match submitted {
+            Ok(ok) => ok,
+            Err(e) => {
+                // Still owed: a later event (at worst the FAILED that ends
+                // the run) will carry the answer.
+                if let SinkMode::Live { answer: slot, .. } = &mut *mode {
+                    *slot = answer;
+                }
+                return Err(e);
+            }
+        };
+        drop(mode);
+        if let Some(answer) = answer {
+            // The new task exists once this first write commits; only then
+            // is the client answered.
+            let commit = answer.answer_after(commit, shared.clone());
+            if origin == Origin::Server {
+                commit.await?;
+            }
+            return Ok(());
+        }
         if backlogged || origin == Origin::Server {
             commit.wait().await?;
         }
         Ok(())
     }
 
-    /// Pending -> Live: commits the SUBMITTED task and answers the request
-    /// with a handle taken before any agent event is applied.
-    async fn create_task(&self, mode: &mut SinkMode) -> Result<Arc<LiveTask>, SinkError> {
+    /// Pending -> Live: installs the new task (SUBMITTED) without writing
+    /// it. Its first flush creates it in the store together with the
+    /// agent's first events; the request is answered after that commit,
+    /// with a snapshot and subscription taken before any event applied.
+    async fn create_task(&self, mode: &mut SinkMode) -> (Arc<LiveTask>, NewTaskAnswer) {
         let SinkMode::Pending {
             message,
             history,
@@ -219,29 +306,6 @@ impl EventSink {
             *message,
             super::now(),
         );
-        let version = match shared.store.create(&key.tenant, &record).await {
-            Ok(v) => v,
-            Err(StoreError::DuplicateMessage { task_id }) => {
-                // A concurrent repeat of the same message created the task
-                // first (idempotent sends): the client gets that task and
-                // this run stops.
-                let existing = shared.live(TaskKey {
-                    tenant: key.tenant.clone(),
-                    id: task_id.clone(),
-                });
-                let outcome = existing.duplicate_handle(shared, history, subscribe).await;
-                if let Some(tx) = reply_to {
-                    let _ = tx.send(outcome);
-                }
-                return Err(SinkError::Duplicate { task_id });
-            }
-            Err(e) => {
-                if let Some(tx) = reply_to {
-                    let _ = tx.send(Err(store_error(e.clone())));
-                }
-                return Err(e.into());
-            }
-        };
         let live = shared.live(key.clone());
         let run_guard = live
             .run_lock
@@ -249,17 +313,22 @@ impl EventSink {
             .try_lock_owned()
             .expect("a new task has no other run");
         live.set_run_cancel(Some(self.inner.cancel.clone()));
-        let mut state = live.install(Loaded::new(record, version)).await;
+        let mut state = live.install(Loaded::uncreated(record)).await;
         let handle = live.handle(state.as_mut().expect("installed"), history, subscribe);
         drop(state);
-        if let Some(tx) = reply_to {
-            let _ = tx.send(Ok(SendOutcome::Task(Box::new(handle))));
-        }
         *mode = SinkMode::Live {
             live: live.clone(),
             _run_guard: Some(run_guard),
+            answer: None,
         };
-        Ok(live)
+        let answer = NewTaskAnswer {
+            tenant: key.tenant.clone(),
+            handle: Box::new(handle),
+            history,
+            subscribe,
+            reply_to,
+        };
+        (live, answer)
     }
 
     /// `--task-timeout` expired: a task still active is FAILED with
@@ -282,13 +351,11 @@ impl EventSink {
                 let live = live.clone();
                 drop(mode);
                 let shared = &self.inner.shared;
-                match live.lock_loaded(shared).await {
-                    Ok(state) if state.as_ref().expect("loaded").record.state().is_active() => live
-                        .apply(shared, state, event, Origin::Server)
-                        .await
-                        .is_ok(),
-                    _ => false,
-                }
+                let active = match live.lock_loaded(shared).await {
+                    Ok(state) => state.as_ref().expect("loaded").record.state().is_active(),
+                    Err(_) => false,
+                };
+                active && self.emit_as(event, Origin::Server).await.is_ok()
             }
             SinkMode::Replied | SinkMode::Done => false,
         };
@@ -302,59 +369,71 @@ impl EventSink {
     /// task is left stuck; once everything the agent emitted is committed,
     /// waiters are told the run is over.
     pub(crate) async fn finish(&self, failure: Option<String>) {
-        let pending = matches!(*self.inner.mode.lock().await, SinkMode::Pending { .. });
-        if pending {
-            // The agent never answered: the client still gets a task, FAILED.
-            let reason = failure
-                .clone()
-                .unwrap_or_else(|| "the agent ended without responding".to_owned());
-            let event = TaskEvent::Status(StatusUpdate {
-                state: TaskState::Failed,
-                message: Some(agent_text(reason)),
-                metadata: None,
-            });
-            if let Err(e) = self.emit_as(event, Origin::Server).await {
-                tracing::error!(task_id = %self.task_id(), error = %e, "could not record agent failure");
+        let (live, pending) = match &*self.inner.mode.lock().await {
+            SinkMode::Live { live, .. } => (Some(live.clone()), false),
+            SinkMode::Pending { .. } => (None, true),
+            _ => (None, false),
+        };
+        let shared = &self.inner.shared;
+        // What the task's state calls for, and a barrier on the agent's
+        // events (all committed before waiters hear the run is over).
+        let (reason, flushed) = match &live {
+            None if pending => (
+                Some(
+                    failure
+                        .clone()
+                        .unwrap_or_else(|| "the agent ended without responding".to_owned()),
+                ),
+                None,
+            ),
+            None => (None, None),
+            Some(live) => match live.lock_loaded(shared).await {
+                Ok(mut state) => {
+                    let current = state.as_ref().expect("loaded").record.state();
+                    let flushed = LiveTask::barrier_locked(&mut state);
+                    let reason = match (&failure, current) {
+                        (_, s) if s.is_terminal() => None,
+                        (Some(f), _) => Some(f.clone()),
+                        (None, s) if s.is_active() && shared.shutdown.is_cancelled() => {
+                            Some(format!(
+                                "the server shut down while the task was {}",
+                                s.as_str_name()
+                            ))
+                        }
+                        (None, s) if s.is_active() => Some(format!(
+                            "the agent stopped while the task was {}",
+                            s.as_str_name()
+                        )),
+                        (None, _) => None,
+                    };
+                    (reason, Some(flushed))
+                }
+                Err(_) => (None, None),
+            },
+        };
+        match reason {
+            Some(reason) => {
+                // The agent never answered, failed, or left its task active:
+                // FAILED, so no task is left stuck (and a creating request
+                // still gets its task).
+                let event = TaskEvent::Status(StatusUpdate {
+                    state: TaskState::Failed,
+                    message: Some(agent_text(reason)),
+                    metadata: None,
+                });
+                if let Err(e) = self.emit_as(event, Origin::Server).await {
+                    tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task");
+                }
+            }
+            None => {
+                if let Some(flushed) = flushed {
+                    // Errors were already reported to streams and waiters.
+                    let _ = flushed.wait().await;
+                }
             }
         }
         let mut mode = self.inner.mode.lock().await;
         if let SinkMode::Live { live, .. } = &*mode {
-            let live = live.clone();
-            let shared = &self.inner.shared;
-            if let Ok(mut state) = live.lock_loaded(shared).await {
-                let current = state.as_ref().expect("loaded").record.state();
-                let flushed = LiveTask::barrier_locked(&mut state);
-                let reason = match (&failure, current) {
-                    (_, s) if s.is_terminal() => None,
-                    (Some(f), _) => Some(f.clone()),
-                    (None, s) if s.is_active() && shared.shutdown.is_cancelled() => Some(format!(
-                        "the server shut down while the task was {}",
-                        s.as_str_name()
-                    )),
-                    (None, s) if s.is_active() => Some(format!(
-                        "the agent stopped while the task was {}",
-                        s.as_str_name()
-                    )),
-                    (None, _) => None,
-                };
-                match reason {
-                    Some(reason) => {
-                        let event = TaskEvent::Status(StatusUpdate {
-                            state: TaskState::Failed,
-                            message: Some(agent_text(reason)),
-                            metadata: None,
-                        });
-                        if let Err(e) = live.apply(shared, state, event, Origin::Server).await {
-                            tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task");
-                        }
-                    }
-                    None => {
-                        drop(state);
-                        // Errors were already reported to streams and waiters.
-                        let _ = flushed.wait().await;
-                    }
-                }
-            }
             live.finish_run();
         }
         if let SinkMode::Pending { reply_to, .. } = &mut *mode
