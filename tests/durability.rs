@@ -17,7 +17,7 @@ use a2a_lifecycle::agent::demo::demo_router;
 use a2a_lifecycle::lifecycle::{HistoryLength, TaskRecord};
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, Task, TaskState, send_message_response,
+    CancelTaskRequest, ListTasksRequest, Task, TaskState, send_message_response,
     stream_response::Payload,
 };
 use a2a_lifecycle::runtime::{RESTART_FAILURE, RuntimeConfig};
@@ -38,17 +38,6 @@ fn scratch_db() -> PathBuf {
 fn serve(db: &std::path::Path) -> (Child, String) {
     let store = format!("sqlite:{}", db.display());
     spawn_serve(&["--deployer-approval-delay", "1h", "--store", &store])
-}
-
-async fn get(client: &mut Client, tenant: &str, id: &str) -> Result<Task, tonic::Status> {
-    client
-        .get_task(GetTaskRequest {
-            tenant: tenant.into(),
-            id: id.into(),
-            history_length: None,
-        })
-        .await
-        .map(|r| r.into_inner())
 }
 
 /// Issue "durable tasks", done-when: tasks in every state survive SIGKILL
@@ -121,11 +110,11 @@ async fn every_task_survives_sigkill_and_active_ones_fail_on_restart() {
     ];
     let mut before = Vec::new();
     for ((tenant, task), state) in tasks.iter().zip(expected_states) {
-        let t = get(&mut client, tenant, &task.id).await.unwrap();
+        let t = get_task(&mut client, tenant, &task.id).await.unwrap();
         assert_eq!(state_of(&t), state);
         before.push((*tenant, t));
     }
-    let working_before = get(&mut client, "", &working.id).await.unwrap();
+    let working_before = get_task(&mut client, "", &working.id).await.unwrap();
     assert_eq!(state_of(&working_before), TaskState::Working);
 
     first.kill().unwrap(); // SIGKILL
@@ -135,10 +124,10 @@ async fn every_task_survives_sigkill_and_active_ones_fail_on_restart() {
     let (mut second, url) = serve(&db);
     let mut client = A2aServiceClient::connect(url).await.unwrap();
     for (tenant, t) in &before {
-        let after = get(&mut client, tenant, &t.id).await.unwrap();
+        let after = get_task(&mut client, tenant, &t.id).await.unwrap();
         assert_eq!(&after, t, "task {} changed across the restart", t.id);
     }
-    let after = get(&mut client, "", &working.id).await.unwrap();
+    let after = get_task(&mut client, "", &working.id).await.unwrap();
     assert_eq!(state_of(&after), TaskState::Failed);
     assert_eq!(status_text(&after), RESTART_FAILURE);
     // It kept reporting progress until the kill: what was acknowledged
@@ -297,7 +286,9 @@ async fn task_timeout_fails_active_tasks_and_subscribers_see_it() {
     );
     let review = send_text(&mut client, "code-reviewer", "review").await;
     tokio::time::sleep(Duration::from_millis(400)).await; // past the limit, on purpose
-    let still = get(&mut client, "code-reviewer", &review.id).await.unwrap();
+    let still = get_task(&mut client, "code-reviewer", &review.id)
+        .await
+        .unwrap();
     assert_eq!(state_of(&still), TaskState::InputRequired);
     server.stop().await;
 }
@@ -317,9 +308,13 @@ async fn retention_purges_old_terminal_tasks() {
     let waiting = send_text(&mut client, "code-reviewer", "review").await;
     let purged = server.manager.purge_expired().await.unwrap();
     assert_eq!(purged, 1);
-    let err = get(&mut client, "", &done.id).await.unwrap_err();
+    let err = get_task(&mut client, "", &done.id).await.unwrap_err();
     assert_a2a_error(&err, Code::NotFound, "TASK_NOT_FOUND");
-    assert!(get(&mut client, "code-reviewer", &waiting.id).await.is_ok());
+    assert!(
+        get_task(&mut client, "code-reviewer", &waiting.id)
+            .await
+            .is_ok()
+    );
     server.stop().await;
 }
 
@@ -335,7 +330,7 @@ async fn retention_sweep_runs_in_the_background() {
     let mut client = server.client().await;
     let done = send_text(&mut client, "", "run").await;
     let deadline = tokio::time::Instant::now() + WAIT;
-    while get(&mut client, "", &done.id).await.is_ok() {
+    while get_task(&mut client, "", &done.id).await.is_ok() {
         assert!(tokio::time::Instant::now() < deadline, "never purged");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -455,7 +450,7 @@ async fn store_failures_are_unavailable_and_never_hang() {
     assert_a2a_error(&err, Code::Unavailable, "UNAVAILABLE");
 
     // Reads still work and show the last committed state.
-    let t = get(&mut client, "", &task.id).await.unwrap();
+    let t = get_task(&mut client, "", &task.id).await.unwrap();
     assert_eq!(state_of(&t), TaskState::Working);
     store.fail.store(false, Ordering::SeqCst);
     assert_eq!(

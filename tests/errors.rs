@@ -350,15 +350,9 @@ async fn mismatching_context_id_is_rejected() {
     let err = send_err(&mut client, request("code-reviewer", m, false)).await;
     assert_bad_field(&err, "message.context_id");
     // The task did not change.
-    let t = client
-        .get_task(GetTaskRequest {
-            tenant: "code-reviewer".into(),
-            id: task.id.clone(),
-            history_length: None,
-        })
+    let t = get_task(&mut client, "code-reviewer", &task.id)
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     assert_eq!(t, task);
     server.stop().await;
 }

@@ -7,7 +7,7 @@ mod support;
 use tonic::Code;
 
 use a2a_lifecycle::proto::{
-    CancelTaskRequest, GetTaskRequest, SendMessageConfiguration, SubscribeToTaskRequest, TaskState,
+    CancelTaskRequest, SendMessageConfiguration, SubscribeToTaskRequest, TaskState,
     send_message_response, stream_response::Payload,
 };
 use support::*;
@@ -59,14 +59,7 @@ async fn named_tenant_routes_to_its_agent_and_keeps_its_tasks() {
     let mut client = server.client().await;
     let task = send_text(&mut client, "test-runner", "run").await;
     assert_eq!(state_of(&task), TaskState::Completed);
-    let other = client
-        .get_task(GetTaskRequest {
-            tenant: "".into(),
-            id: task.id.clone(),
-            history_length: None,
-        })
-        .await
-        .unwrap_err();
+    let other = get_task(&mut client, "", &task.id).await.unwrap_err();
     assert_a2a_error(&other, Code::NotFound, "TASK_NOT_FOUND");
     server.stop().await;
 }
@@ -85,15 +78,7 @@ async fn return_immediately_then_poll_until_completed() {
     // Polling is the flow under test: GetTask until terminal, bounded.
     let deadline = tokio::time::Instant::now() + WAIT;
     let final_task = loop {
-        let t = client
-            .get_task(GetTaskRequest {
-                tenant: "".into(),
-                id: task.id.clone(),
-                history_length: None,
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let t = get_task(&mut client, "", &task.id).await.unwrap();
         if state_of(&t).is_terminal() {
             break t;
         }
@@ -360,15 +345,7 @@ async fn blocking_send_returns_at_auth_required_then_task_completes_alone() {
             "UNSUPPORTED_OPERATION",
         );
     }
-    let final_task = client
-        .get_task(GetTaskRequest {
-            tenant: "deployer".into(),
-            id: task.id.clone(),
-            history_length: None,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let final_task = get_task(&mut client, "deployer", &task.id).await.unwrap();
     assert_eq!(state_of(&final_task), TaskState::Completed);
     let user_messages = final_task
         .history
@@ -470,15 +447,7 @@ async fn cancel_working_task_then_terminal_task_refuses_everything() {
     assert_a2a_error(&send, Code::FailedPrecondition, "UNSUPPORTED_OPERATION");
 
     // The slow agent stopped: the task stays CANCELED.
-    let t = client
-        .get_task(GetTaskRequest {
-            tenant: "".into(),
-            id: task.id.clone(),
-            history_length: None,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let t = get_task(&mut client, "", &task.id).await.unwrap();
     assert_eq!(state_of(&t), TaskState::Canceled);
     server.stop().await;
 }

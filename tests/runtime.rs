@@ -13,7 +13,7 @@ use tonic::Code;
 
 use a2a_lifecycle::agent::demo::demo_router;
 use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};
-use a2a_lifecycle::proto::{GetTaskRequest, ListTasksRequest, TaskState, stream_response::Payload};
+use a2a_lifecycle::proto::{ListTasksRequest, TaskState, stream_response::Payload};
 use a2a_lifecycle::runtime::RuntimeConfig;
 use support::*;
 
@@ -200,15 +200,7 @@ async fn concurrent_messages_to_one_task_run_one_at_a_time() {
         assert_eq!(state_of(&s.await.unwrap()), TaskState::InputRequired);
     }
     assert_eq!(agent.max_seen.load(Ordering::SeqCst), 1, "runs overlapped");
-    let t = client
-        .get_task(GetTaskRequest {
-            tenant: "".into(),
-            id: task.id.clone(),
-            history_length: None,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let t = get_task(&mut client, "", &task.id).await.unwrap();
     let user_turns = t
         .history
         .iter()

@@ -148,6 +148,18 @@ pub async fn send_text(client: &mut Client, tenant: &str, text: &str) -> Task {
     send_task(client, request(tenant, user_message(text), false)).await
 }
 
+/// GetTask with the whole history.
+pub async fn get_task(client: &mut Client, tenant: &str, id: &str) -> Result<Task, Status> {
+    client
+        .get_task(a2a_lifecycle::proto::GetTaskRequest {
+            tenant: tenant.into(),
+            id: id.into(),
+            history_length: None,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
 pub fn state_of(task: &Task) -> TaskState {
     TaskState::try_from(task.status.as_ref().expect("status").state).unwrap()
 }
