@@ -14,7 +14,6 @@
 pub mod writer;
 
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -115,13 +114,6 @@ impl SqliteStore {
             .pragma("mmap_size", MMAP_BYTES.to_string())
             .pragma("wal_autocheckpoint", WAL_CHECKPOINT_PAGES.to_string());
         Self::connect(options).await
-    }
-
-    /// Opens a `sqlite:` URL (as accepted by sqlx).
-    pub async fn open_url(url: &str) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Unavailable(format!("bad sqlite url {url:?}: {e}")))?;
-        Self::open(options.get_filename()).await
     }
 
     async fn connect(options: SqliteConnectOptions) -> Result<Self, StoreError> {

@@ -370,21 +370,9 @@ async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Outcome, St
                     .map_err(map_err)?;
             Ok(Outcome::Stale(current.map(|(v,)| v)))
         }
-        Write::Purge { before } => {
-            // The state list is made of the enum's own numbers, not input.
-            let sql = format!(
-                "DELETE FROM tasks WHERE state IN ({}) AND \
-                 (status_seconds < ? OR (status_seconds = ? AND status_nanos < ?))",
-                state_list(&TERMINAL)
-            );
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(before.0)
-                .bind(before.0)
-                .bind(before.1)
-                .execute(&mut *conn)
-                .await
-                .map_err(map_err)?;
-            Ok(Outcome::Purged(done.rows_affected()))
-        }
+        // A purge always completes in its batch statement; nothing to retry.
+        Write::Purge { .. } => Err(StoreError::Internal(
+            "a purge is never retried alone".into(),
+        )),
     }
 }
