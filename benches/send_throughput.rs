@@ -31,6 +31,8 @@ struct Options {
     concurrency: usize,
     connections: usize,
     rounds: usize,
+    /// `--only memory|sqlite`: run one store (for profiling).
+    only: Option<String>,
 }
 
 fn options() -> Options {
@@ -40,6 +42,7 @@ fn options() -> Options {
         concurrency: 64,
         connections: 4,
         rounds: 3,
+        only: None,
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -51,6 +54,7 @@ fn options() -> Options {
             "--concurrency" => o.concurrency = value().expect("--concurrency N") as usize,
             "--connections" => o.connections = value().expect("--connections N") as usize,
             "--rounds" => o.rounds = value().expect("--rounds N") as usize,
+            "--only" => o.only = args.get(i + 1).cloned(),
             _ => {
                 i += 1;
                 continue;
@@ -80,15 +84,19 @@ struct Server {
     addr: String,
     manager: TaskManager,
     shutdown: tokio::sync::oneshot::Sender<()>,
+    /// The SQLite database file, removed (with its WAL) after the round.
+    db: Option<std::path::PathBuf>,
 }
 
 async fn start(kind: Kind) -> Server {
+    let mut db = None;
     let store: Arc<dyn TaskStore> = match kind {
         Kind::Memory => Arc::new(MemoryStore::new()),
         Kind::Sqlite => {
             let path = std::env::temp_dir()
                 .join("a2a-lifecycle-bench")
                 .join(format!("{}.db", uuid::Uuid::new_v4()));
+            db = Some(path.clone());
             Arc::new(SqliteStore::open(path).await.expect("open sqlite"))
         }
     };
@@ -108,6 +116,7 @@ async fn start(kind: Kind) -> Server {
         addr,
         manager,
         shutdown: tx,
+        db,
     }
 }
 
@@ -178,7 +187,9 @@ async fn load(addr: &str, o: &Options) -> f64 {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = v.len();
-    if n % 2 == 1 {
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
@@ -204,6 +215,9 @@ fn main() {
     );
     for round in 1..=o.rounds {
         for (kind, samples) in results.iter_mut() {
+            if o.only.as_deref().is_some_and(|only| only != kind.name()) {
+                continue;
+            }
             let server = server_rt.block_on(start(*kind));
             let rps = client_rt.block_on(load(&server.addr, &o));
             // Let the background runs finish before the next round.
@@ -213,17 +227,33 @@ fn main() {
                 }
             });
             let _ = server.shutdown.send(());
+            if let Some(db) = &server.db {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut file = db.clone().into_os_string();
+                    file.push(suffix);
+                    let _ = std::fs::remove_file(file);
+                }
+            }
             eprintln!("round {round}: {:>6} {:>9.0} req/s", kind.name(), rps);
             samples.push(rps);
         }
     }
     let memory = median(results[0].1.clone());
     let sqlite = median(results[1].1.clone());
-    let ratio = sqlite / memory;
-    println!("| store  | median req/s | ratio to memory |");
-    println!("| ------ | ------------ | --------------- |");
-    println!("| memory | {memory:>12.0} | {:>15.2} |", 1.0);
-    println!("| sqlite | {sqlite:>12.0} | {ratio:>15.2} |");
+    // Each round's SQLite run is paired with the memory run just before
+    // it: a ratio taken within a round sees the same machine load.
+    let paired = median(
+        results[0]
+            .1
+            .iter()
+            .zip(&results[1].1)
+            .map(|(m, s)| s / m)
+            .collect(),
+    );
+    println!("| store  | median req/s | ratio to memory (median of rounds) |");
+    println!("| ------ | ------------ | ---------------------------------- |");
+    println!("| memory | {memory:>12.0} | {:>34.2} |", 1.0);
+    println!("| sqlite | {sqlite:>12.0} | {paired:>34.2} |");
     println!(
         "{{\"bench\":\"send_non_blocking\",\"concurrency\":{},\"connections\":{},\"duration_s\":{},\"rounds\":{},\"memory_rps\":{:.0},\"sqlite_rps\":{:.0},\"sqlite_over_memory\":{:.3}}}",
         o.concurrency,
@@ -232,6 +262,6 @@ fn main() {
         o.rounds,
         memory,
         sqlite,
-        ratio
+        paired
     );
 }

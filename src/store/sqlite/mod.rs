@@ -124,6 +124,9 @@ impl SqliteStore {
             .run(&mut write_conn)
             .await
             .map_err(|e| StoreError::Internal(format!("sqlite migration failed: {e}")))?;
+        let checkpoint_conn = SqliteConnection::connect_with(&options)
+            .await
+            .map_err(map_err)?;
         let pool = SqlitePoolOptions::new()
             .max_connections(MAX_READERS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -132,7 +135,7 @@ impl SqliteStore {
             .map_err(map_err)?;
         Ok(SqliteStore {
             pool,
-            writer: writer::WriterHandle::spawn(write_conn)?,
+            writer: writer::WriterHandle::spawn(write_conn, checkpoint_conn).await?,
         })
     }
 
@@ -184,6 +187,40 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, query: &ListQuery) 
             .push_bind(n)
             .push("))");
     }
+}
+
+/// The ListTasks page query after `select`: one page plus one row (to know
+/// whether another page follows), newest status first, ties by id.
+fn page_query(
+    select: &str,
+    tenant: &str,
+    query: &ListQuery,
+    page_size: usize,
+) -> QueryBuilder<Sqlite> {
+    let mut page = QueryBuilder::<Sqlite>::new(select);
+    push_filters(&mut page, tenant, query);
+    if let Some(c) = &query.cursor {
+        // Strictly after the cursor in (time desc, id asc) order. The
+        // redundant `status_seconds <=` bound lets the index seek to the
+        // cursor instead of walking every newer task.
+        let (s, n) = c.status;
+        page.push(" AND status_seconds <= ")
+            .push_bind(s)
+            .push(" AND (status_seconds < ")
+            .push_bind(s)
+            .push(" OR (status_seconds = ")
+            .push_bind(s)
+            .push(" AND (status_nanos < ")
+            .push_bind(n)
+            .push(" OR (status_nanos = ")
+            .push_bind(n)
+            .push(" AND id > ")
+            .push_bind(c.task_id.as_bytes().to_vec())
+            .push("))))");
+    }
+    page.push(" ORDER BY status_seconds DESC, status_nanos DESC, id ASC LIMIT ")
+        .push_bind(page_size as i64 + 1);
+    page
 }
 
 #[async_trait]
@@ -270,25 +307,7 @@ impl TaskStore for SqliteStore {
             .await
             .map_err(map_err)?;
 
-        let mut page = QueryBuilder::<Sqlite>::new("SELECT record FROM tasks");
-        push_filters(&mut page, tenant, query);
-        if let Some(c) = &query.cursor {
-            // Strictly after the cursor in (time desc, id asc) order.
-            let (s, n) = c.status;
-            page.push(" AND (status_seconds < ")
-                .push_bind(s)
-                .push(" OR (status_seconds = ")
-                .push_bind(s)
-                .push(" AND (status_nanos < ")
-                .push_bind(n)
-                .push(" OR (status_nanos = ")
-                .push_bind(n)
-                .push(" AND id > ")
-                .push_bind(c.task_id.as_bytes().to_vec())
-                .push("))))");
-        }
-        page.push(" ORDER BY status_seconds DESC, status_nanos DESC, id ASC LIMIT ")
-            .push_bind(page_size as i64 + 1);
+        let mut page = page_query("SELECT record FROM tasks", tenant, query, page_size);
         let rows: Vec<(Vec<u8>,)> = page
             .build_query_as()
             .fetch_all(&mut *tx)
@@ -354,6 +373,70 @@ impl TaskStore for SqliteStore {
 mod tests {
     use super::*;
 
+    /// A write a constraint refuses inside a batch fails alone: the other
+    /// writes of its batch commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_write_fails_alone() {
+        let path = std::env::temp_dir()
+            .join("a2a-lifecycle-unit")
+            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        let mut side = SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse BEFORE INSERT ON tasks WHEN NEW.tenant = x'626164' \
+             BEGIN SELECT RAISE(ABORT, 'refused by trigger'); END",
+        )
+        .execute(&mut side)
+        .await
+        .unwrap();
+        let creates = (0..200).map(|i| {
+            let store = store.clone();
+            async move {
+                let tenant = if i % 2 == 0 { "ok" } else { "bad" };
+                let message = crate::proto::Message {
+                    message_id: format!("m{i}"),
+                    ..Default::default()
+                };
+                let record = TaskRecord::submitted(
+                    format!("t{i}"),
+                    "c".into(),
+                    message,
+                    Timestamp::default(),
+                );
+                (tenant, store.create(tenant, &record).await)
+            }
+        });
+        let results = futures_util::future::join_all(creates).await;
+        for (tenant, result) in results {
+            match tenant {
+                "ok" => assert_eq!(result.unwrap(), 1),
+                _ => assert!(
+                    matches!(&result, Err(StoreError::Internal(m)) if m.contains("refused by trigger")),
+                    "{result:?}"
+                ),
+            }
+        }
+        let page = store
+            .list(
+                "ok",
+                &ListQuery {
+                    context_id: None,
+                    state: None,
+                    status_after: None,
+                    page_size: 0,
+                    cursor: None,
+                    history: Default::default(),
+                    include_artifacts: false,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.total_size, 100);
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// Every hot-path lookup must use an index, not scan the table.
     #[tokio::test]
     async fn lookups_use_indexes() {
@@ -380,6 +463,71 @@ mod tests {
                 detail.iter().any(|d| d.contains(index))
                     && !detail.iter().any(|d| d.starts_with("SCAN")),
                 "{sql}: {detail:?}"
+            );
+        }
+        // Every ListTasks page reads its index in order: no sort, no
+        // scan, and a cursor seeks instead of walking the newer tasks.
+        let cursor = Cursor {
+            status: (1_700_000_000, 5),
+            task_id: "t".into(),
+        };
+        for (context, state, cursor, index) in [
+            (None, None, None, "tasks_by_time (tenant=?)"),
+            (
+                None,
+                None,
+                Some(cursor.clone()),
+                "tasks_by_time (tenant=? AND status_seconds<?)",
+            ),
+            (
+                Some("c"),
+                None,
+                None,
+                "tasks_by_context (tenant=? AND context_id=?)",
+            ),
+            (
+                Some("c"),
+                None,
+                Some(cursor.clone()),
+                "tasks_by_context (tenant=? AND context_id=? AND status_seconds<?)",
+            ),
+            (
+                None,
+                Some(TaskState::Working),
+                None,
+                "tasks_by_state (tenant=? AND state=?)",
+            ),
+            (
+                None,
+                Some(TaskState::Working),
+                Some(cursor),
+                "tasks_by_state (tenant=? AND state=? AND status_seconds<?)",
+            ),
+        ] {
+            let query = ListQuery {
+                context_id: context.map(String::from),
+                state,
+                status_after: None,
+                page_size: 10,
+                cursor,
+                history: Default::default(),
+                include_artifacts: false,
+            };
+            let plan: Vec<(i64, i64, i64, String)> = page_query(
+                "EXPLAIN QUERY PLAN SELECT record FROM tasks",
+                "t",
+                &query,
+                10,
+            )
+            .build_query_as()
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+            let detail: Vec<_> = plan.iter().map(|r| r.3.as_str()).collect();
+            assert_eq!(
+                detail,
+                [format!("SEARCH tasks USING INDEX {index}")],
+                "context {context:?}, state {state:?}"
             );
         }
         let _ = std::fs::remove_file(&path);

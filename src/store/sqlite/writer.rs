@@ -2,39 +2,43 @@
 //!
 //! SQLite allows one writer at a time; several connections competing for
 //! the write lock spend their time in the busy handler's sleeps (measured:
-//! about 400 task creations/s). Instead every write goes to one task that
+//! about 400 task creations/s). Instead every write goes to one thread that
 //! owns one connection: it takes whatever writes are queued (up to
 //! [`MAX_BATCH`]), runs them in one `BEGIN IMMEDIATE ... COMMIT`, and only
 //! then answers each caller. One commit then covers many writes, and a
 //! caller is never told of a write before it is committed.
 //!
-//! Each call into sqlx's SQLite connection is a round trip to its worker
-//! thread, and under load each hand-off waits for a CPU (measured here:
-//! 150 µs to several ms per statement). So a whole batch is one call: one
-//! multi-statement query `BEGIN IMMEDIATE; ...; COMMIT`, in which the batch
-//! is cut into segments where no task appears twice (order within a segment
-//! does not matter; segments run in arrival order), each segment's creates
-//! are one multi-row `INSERT ... ON CONFLICT DO NOTHING RETURNING` and its
-//! updates one `UPDATE ... FROM (VALUES ...) RETURNING`, guarded by the
-//! expected versions. The returned rows say which writes took effect. A
-//! write a statement skipped (a unique or version conflict) is then retried
-//! alone, which tells why it fails; it fails by itself and the others
-//! commit. If the transaction fails, every write of the batch gets the
-//! error.
+//! The connection is opened, configured and migrated by sqlx like the
+//! readers, but the writer then takes its raw handle for good
+//! (`lock_handle`) and drives it synchronously through rusqlite, on the
+//! same bundled SQLite. Through sqlx every call is a hand-off to the
+//! connection's worker thread, and on a loaded machine each hand-off waits
+//! for a CPU; a batch then paid for several thread switches plus parsing
+//! one large generated statement. Here each write is a cached prepared
+//! statement run on the writer's own thread.
+//!
+//! Inside the transaction each write is one statement, in arrival order. A
+//! write refused by a constraint (id or creating message taken, or any
+//! other) or by its expected version fails by itself: SQLite undoes only
+//! that statement, and the others commit. Any other error (disk full, I/O)
+//! rolls the whole batch back and every write of it gets the error.
 
-use std::collections::{HashMap, HashSet};
-
+use rusqlite::{ErrorCode, OptionalExtension, params};
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Connection, Executor, QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{TERMINAL, map_err, state_list};
+use super::{TERMINAL, state_list};
 use crate::store::StoreError;
 
 /// Writes taken into one transaction at most.
 pub const MAX_BATCH: usize = 256;
 /// Writes that may wait for the writer before callers wait for room.
 pub const WRITE_QUEUE: usize = 4096;
+/// The writer connection's page cache, in KiB (readers keep
+/// [`super::CACHE_KIB`]).
+pub const WRITER_CACHE_KIB: i64 = 2048;
+/// Writes between requests for a background checkpoint.
+pub const CHECKPOINT_EVERY_WRITES: usize = 1000;
 
 /// The columns of one task row, encoded by the caller (off the writer).
 pub(super) struct Row {
@@ -68,28 +72,33 @@ pub(super) enum Outcome {
 
 type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
 
-/// A RETURNING row: (tag, segment, tenant, id, version).
-type Returned = (String, i64, Vec<u8>, Vec<u8>, i64);
-
 #[derive(Clone)]
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<(Write, Reply)>,
 }
 
 impl WriterHandle {
-    /// Starts the writer on a thread of its own: as a task among the
-    /// server's, its batches would wait behind request handling whenever
-    /// the runtime is busy, and every write waits on it.
-    pub fn spawn(conn: SqliteConnection) -> Result<Self, StoreError> {
+    /// Starts the writer on a thread of its own, which owns `conn` until
+    /// the last handle is dropped. As a task among the server's, its
+    /// batches would wait behind request handling whenever the runtime is
+    /// busy, and every write waits on it.
+    pub async fn spawn(
+        conn: SqliteConnection,
+        checkpoint_conn: SqliteConnection,
+    ) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+        let checkpoint = spawn_checkpointer(checkpoint_conn);
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
             .build()
             .map_err(|e| StoreError::Unavailable(format!("sqlite writer runtime: {e}")))?;
+        let (ready_tx, ready_rx) = oneshot::channel();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || runtime.block_on(run(conn, rx)))
+            .spawn(move || run(runtime, conn, rx, checkpoint, ready_tx))
             .map_err(|e| StoreError::Unavailable(format!("sqlite writer thread: {e}")))?;
+        ready_rx
+            .await
+            .map_err(|_| StoreError::Unavailable("sqlite writer did not start".into()))??;
         Ok(WriterHandle { tx })
     }
 
@@ -105,274 +114,223 @@ impl WriterHandle {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<(Write, Reply)>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let results = commit_batch(&mut conn, &batch).await;
-        for ((_, reply), result) in batch.drain(..).zip(results) {
-            let _ = reply.send(result);
+fn run(
+    runtime: tokio::runtime::Runtime,
+    mut conn: SqliteConnection,
+    mut rx: mpsc::Receiver<(Write, Reply)>,
+    checkpoint: mpsc::Sender<()>,
+    ready: oneshot::Sender<Result<(), StoreError>>,
+) {
+    {
+        let mut locked = match runtime.block_on(conn.lock_handle()) {
+            Ok(locked) => locked,
+            Err(e) => {
+                let _ = ready.send(Err(StoreError::Unavailable(format!("sqlite writer: {e}"))));
+                return;
+            }
+        };
+        // SAFETY: `locked` keeps sqlx's worker thread off this handle until
+        // it is dropped, after `db`; `from_handle` never closes the handle,
+        // and dropping `db` finalizes the statements it prepared.
+        let db = match unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) }
+        {
+            Ok(db) => db,
+            Err(e) => {
+                let _ = ready.send(Err(map_err(e)));
+                return;
+            }
+        };
+        db.set_prepared_statement_cache_capacity(16);
+        // Every COMMIT walks the page cache's whole hash table
+        // (pcache1Truncate, from pager_end_transaction); with the readers'
+        // large cache that walk cost the writer a fifth of its time
+        // (measured with perf). The writer touches few pages per batch.
+        if let Err(e) = db.pragma_update(None, "cache_size", -WRITER_CACHE_KIB) {
+            let _ = ready.send(Err(map_err(e)));
+            return;
         }
+        let _ = ready.send(Ok(()));
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        let mut since_checkpoint = 0;
+        while let Some(first) = rx.blocking_recv() {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            let results = commit_batch(&db, &batch);
+            since_checkpoint += batch.len();
+            // A full channel means a checkpoint is already due.
+            if since_checkpoint >= CHECKPOINT_EVERY_WRITES && checkpoint.try_send(()).is_ok() {
+                since_checkpoint = 0;
+            }
+            for ((_, reply), result) in batch.drain(..).zip(results) {
+                let _ = reply.send(result);
+            }
+        }
+        drop(db);
     }
-    let _ = conn.close().await;
+    let _ = runtime.block_on(sqlx::Connection::close(conn));
 }
 
-async fn commit_batch(
-    conn: &mut SqliteConnection,
+/// Checkpoints the WAL into the database on its own connection whenever
+/// the writer asks, until the writer stops.
+///
+/// A checkpoint run by the writer itself (SQLite's automatic one, at
+/// [`super::WAL_CHECKPOINT_PAGES`]) stalls every caller of the batch behind
+/// it while it copies pages. A PASSIVE checkpoint on another connection
+/// runs beside the writer, and once it has caught up SQLite restarts the
+/// WAL from its start at the next write, so the automatic checkpoint
+/// stays a backstop that rarely fires.
+fn spawn_checkpointer(mut conn: SqliteConnection) -> mpsc::Sender<()> {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    tokio::spawn(async move {
+        while rx.recv().await.is_some() {
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&mut conn)
+                .await
+            {
+                tracing::warn!(error = %e, "sqlite checkpoint failed");
+            }
+        }
+        let _ = sqlx::Connection::close(conn).await;
+    });
+    tx
+}
+
+fn map_err(e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        // After BUSY_TIMEOUT: another process holds the write lock.
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            StoreError::Unavailable(format!("sqlite busy: {e}"))
+        }
+        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
+            StoreError::Unavailable(format!("sqlite: {e}"))
+        }
+        _ => StoreError::Internal(format!("sqlite: {e}")),
+    }
+}
+
+/// Runs the batch in one transaction; one result per write, in order.
+fn commit_batch(
+    db: &rusqlite::Connection,
     batch: &[(Write, Reply)],
 ) -> Vec<Result<Outcome, StoreError>> {
-    let writes: Vec<&Write> = batch.iter().map(|(w, _)| w).collect();
-    let segments = segments(&writes);
-    let mut qb = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE; ");
-    for (n, segment) in segments.iter().enumerate() {
-        push_segment(&mut qb, n as i64, &writes, segment);
+    let all_fail = |e: StoreError| batch.iter().map(|_| Err(e.clone())).collect();
+    if let Err(e) = db.execute_batch("BEGIN IMMEDIATE") {
+        return all_fail(map_err(e));
     }
-    qb.push("COMMIT;");
-    let rows: Result<Vec<Returned>, _> = qb
-        .build_query_as()
-        .persistent(false)
-        .fetch_all(&mut *conn)
-        .await;
-    let rows = match rows {
-        Ok(rows) => rows,
-        Err(e) => {
-            let e = map_err(e);
-            let _ = conn.execute("ROLLBACK").await;
-            return batch.iter().map(|_| Err(e.clone())).collect();
-        }
-    };
-    // (tag, segment, tenant, id) -> version, from the RETURNING rows.
-    let mut done: HashMap<(String, i64, Vec<u8>, Vec<u8>), i64> = HashMap::new();
-    let mut purged: HashMap<i64, u64> = HashMap::new();
-    for (tag, seg, tenant, id, version) in rows {
-        if tag == "p" {
-            *purged.entry(seg).or_default() += 1;
-        } else {
-            done.insert((tag, seg, tenant, id), version);
-        }
-    }
-    let mut results = Vec::with_capacity(writes.len());
-    let mut segment_of = vec![0_i64; writes.len()];
-    for (n, segment) in segments.iter().enumerate() {
-        for &i in segment {
-            segment_of[i] = n as i64;
-        }
-    }
-    for (i, write) in writes.iter().enumerate() {
-        let seg = segment_of[i];
-        let result = match write {
-            Write::Create(row) => {
-                match done.get(&("c".to_string(), seg, row.tenant.clone(), row.id.clone())) {
-                    Some(_) => Ok(Outcome::Created),
-                    None => apply(conn, write).await,
-                }
+    let mut results = Vec::with_capacity(batch.len());
+    for (write, _) in batch {
+        match apply(db, write) {
+            Ok(outcome) => results.push(Ok(outcome)),
+            // A constraint (a CHECK, a trigger) refused this statement:
+            // SQLite undid only it, so only this write fails.
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                results.push(Err(map_err(e)));
             }
-            Write::Update { row, .. } => {
-                match done.get(&("u".to_string(), seg, row.tenant.clone(), row.id.clone())) {
-                    Some(version) => Ok(Outcome::Updated(*version as u64)),
-                    None => apply(conn, write).await,
-                }
+            Err(e) => {
+                let _ = db.execute_batch("ROLLBACK");
+                return all_fail(map_err(e));
             }
-            Write::Purge { .. } => Ok(Outcome::Purged(purged.get(&seg).copied().unwrap_or(0))),
-        };
-        results.push(result);
+        }
+    }
+    if let Err(e) = db.execute_batch("COMMIT") {
+        let _ = db.execute_batch("ROLLBACK");
+        return all_fail(map_err(e));
     }
     results
 }
 
-/// Cuts the batch (indices, in order) into segments in which no task
-/// appears twice; a purge is a segment of its own.
-fn segments(writes: &[&Write]) -> Vec<Vec<usize>> {
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    let mut current: Vec<usize> = Vec::new();
-    let mut keys: HashSet<(&[u8], &[u8])> = HashSet::new();
-    for (i, w) in writes.iter().enumerate() {
-        let key = match w {
-            Write::Create(row) | Write::Update { row, .. } => Some((&row.tenant[..], &row.id[..])),
-            Write::Purge { .. } => None,
-        };
-        if (key.is_none() || key.is_some_and(|k| keys.contains(&k))) && !current.is_empty() {
-            out.push(std::mem::take(&mut current));
-            keys.clear();
-        }
-        match key {
-            None => out.push(vec![i]),
-            Some(k) => {
-                keys.insert(k);
-                current.push(i);
-            }
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-/// Appends one segment's statements; every RETURNING row is
-/// (tag, segment, tenant, id, version).
-fn push_segment(qb: &mut QueryBuilder<Sqlite>, seg: i64, writes: &[&Write], segment: &[usize]) {
-    if let [i] = segment
-        && let Write::Purge { before } = writes[*i]
-    {
-        // The state list is made of the enum's own numbers, not input.
-        qb.push(format!(
-            "DELETE FROM tasks WHERE state IN ({}) AND (status_seconds < ",
-            state_list(&TERMINAL)
-        ))
-        .push_bind(before.0)
-        .push(" OR (status_seconds = ")
-        .push_bind(before.0)
-        .push(" AND status_nanos < ")
-        .push_bind(before.1)
-        .push(")) RETURNING 'p', ")
-        .push_bind(seg)
-        .push(", tenant, id, 0; ");
-        return;
-    }
-    let creates: Vec<&Row> = segment
-        .iter()
-        .filter_map(|&i| match writes[i] {
-            Write::Create(row) => Some(row),
-            _ => None,
-        })
-        .collect();
-    let updates: Vec<(&Row, i64)> = segment
-        .iter()
-        .filter_map(|&i| match writes[i] {
-            Write::Update {
-                row,
-                expected_version,
-            } => Some((row, *expected_version)),
-            _ => None,
-        })
-        .collect();
-    if !creates.is_empty() {
-        qb.push(
-            "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, status_nanos, \
-             origin_message_id, version, record) ",
-        );
-        qb.push_values(creates, |mut b, row| {
-            b.push_bind(row.tenant.clone())
-                .push_bind(row.id.clone())
-                .push_bind(row.context_id.clone())
-                .push_bind(row.state)
-                .push_bind(row.status.0)
-                .push_bind(row.status.1)
-                .push_bind(row.origin_message_id.clone())
-                .push_bind(1_i64)
-                .push_bind(row.record.clone());
-        });
-        qb.push(" ON CONFLICT DO NOTHING RETURNING 'c', ")
-            .push_bind(seg)
-            .push(", tenant, id, version; ");
-    }
-    if !updates.is_empty() {
-        qb.push(
-            "UPDATE tasks SET context_id = v.column3, state = v.column4, \
-             status_seconds = v.column5, status_nanos = v.column6, record = v.column7, \
-             version = tasks.version + 1 FROM (",
-        );
-        qb.push_values(updates, |mut b, (row, expected)| {
-            b.push_bind(row.tenant.clone())
-                .push_bind(row.id.clone())
-                .push_bind(row.context_id.clone())
-                .push_bind(row.state)
-                .push_bind(row.status.0)
-                .push_bind(row.status.1)
-                .push_bind(row.record.clone())
-                .push_bind(expected);
-        });
-        qb.push(
-            ") AS v WHERE tasks.tenant = v.column1 AND tasks.id = v.column2 \
-             AND tasks.version = v.column8 RETURNING 'u', ",
-        )
-        .push_bind(seg)
-        .push(", tasks.tenant, tasks.id, tasks.version; ");
-    }
-}
-
-/// One write on its own, in its own transaction: how a write the batch
-/// skipped learns why (or, if things changed meanwhile, succeeds).
-async fn apply(conn: &mut SqliteConnection, write: &Write) -> Result<Outcome, StoreError> {
+/// One write inside the batch's transaction. `Err` is a failure that
+/// aborts the batch; a refused write is an `Ok` outcome.
+fn apply(db: &rusqlite::Connection, write: &Write) -> rusqlite::Result<Outcome> {
     match write {
         Write::Create(row) => {
-            let done = sqlx::query(
-                "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, status_nanos, \
-                 origin_message_id, version, record) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
-            )
-            .bind(&row.tenant)
-            .bind(&row.id)
-            .bind(&row.context_id)
-            .bind(row.state)
-            .bind(row.status.0)
-            .bind(row.status.1)
-            .bind(&row.origin_message_id)
-            .bind(&row.record)
-            .execute(&mut *conn)
-            .await;
-            match done {
+            let inserted = db
+                .prepare_cached(
+                    "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
+                     status_nanos, origin_message_id, version, record) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                )?
+                .execute(params![
+                    row.tenant,
+                    row.id,
+                    row.context_id,
+                    row.state,
+                    row.status.0,
+                    row.status.1,
+                    row.origin_message_id,
+                    row.record,
+                ]);
+            match inserted {
                 Ok(_) => Ok(Outcome::Created),
-                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                    let taken: Option<(i64,)> =
-                        sqlx::query_as("SELECT 1 FROM tasks WHERE tenant = ? AND id = ?")
-                            .bind(&row.tenant)
-                            .bind(&row.id)
-                            .fetch_optional(&mut *conn)
-                            .await
-                            .map_err(map_err)?;
+                Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                    // SQLite undid only this statement; find which key is taken.
+                    let taken = db
+                        .prepare_cached("SELECT 1 FROM tasks WHERE tenant = ? AND id = ?")?
+                        .query_row(params![row.tenant, row.id], |_| Ok(()))
+                        .optional()?;
                     if taken.is_some() {
                         return Ok(Outcome::IdTaken);
                     }
-                    let origin: Option<(Vec<u8>,)> = sqlx::query_as(
-                        "SELECT id FROM tasks WHERE tenant = ? AND origin_message_id = ? AND origin_message_id <> x''",
-                    )
-                    .bind(&row.tenant)
-                    .bind(&row.origin_message_id)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(map_err)?;
+                    let origin: Option<Vec<u8>> = db
+                        .prepare_cached(
+                            "SELECT id FROM tasks WHERE tenant = ? AND origin_message_id = ? \
+                             AND origin_message_id <> x''",
+                        )?
+                        .query_row(params![row.tenant, row.origin_message_id], |r| r.get(0))
+                        .optional()?;
                     match origin {
-                        Some((id,)) => Ok(Outcome::OriginTaken(id)),
-                        None => Err(StoreError::Internal(format!("sqlite: {db}"))),
+                        Some(id) => Ok(Outcome::OriginTaken(id)),
+                        None => Err(e),
                     }
                 }
-                Err(e) => Err(map_err(e)),
+                Err(e) => Err(e),
             }
         }
         Write::Update {
             row,
             expected_version,
         } => {
-            let done = sqlx::query(
-                "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, status_nanos = ?, \
-                 version = version + 1, record = ? WHERE tenant = ? AND id = ? AND version = ?",
-            )
-            .bind(&row.context_id)
-            .bind(row.state)
-            .bind(row.status.0)
-            .bind(row.status.1)
-            .bind(&row.record)
-            .bind(&row.tenant)
-            .bind(&row.id)
-            .bind(expected_version)
-            .execute(&mut *conn)
-            .await
-            .map_err(map_err)?;
-            if done.rows_affected() == 1 {
+            let changed = db
+                .prepare_cached(
+                    "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
+                     status_nanos = ?, version = version + 1, record = ? \
+                     WHERE tenant = ? AND id = ? AND version = ?",
+                )?
+                .execute(params![
+                    row.context_id,
+                    row.state,
+                    row.status.0,
+                    row.status.1,
+                    row.record,
+                    row.tenant,
+                    row.id,
+                    expected_version,
+                ])?;
+            if changed == 1 {
                 return Ok(Outcome::Updated(*expected_version as u64 + 1));
             }
-            let current: Option<(i64,)> =
-                sqlx::query_as("SELECT version FROM tasks WHERE tenant = ? AND id = ?")
-                    .bind(&row.tenant)
-                    .bind(&row.id)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(map_err)?;
-            Ok(Outcome::Stale(current.map(|(v,)| v)))
+            let current: Option<i64> = db
+                .prepare_cached("SELECT version FROM tasks WHERE tenant = ? AND id = ?")?
+                .query_row(params![row.tenant, row.id], |r| r.get(0))
+                .optional()?;
+            Ok(Outcome::Stale(current))
         }
-        // A purge always completes in its batch statement; nothing to retry.
-        Write::Purge { .. } => Err(StoreError::Internal(
-            "a purge is never retried alone".into(),
-        )),
+        Write::Purge { before } => {
+            // The state list is made of the enum's own numbers, not input.
+            let sql = format!(
+                "DELETE FROM tasks WHERE state IN ({}) AND (status_seconds < ?1 \
+                 OR (status_seconds = ?1 AND status_nanos < ?2))",
+                state_list(&TERMINAL)
+            );
+            let purged = db
+                .prepare_cached(&sql)?
+                .execute(params![before.0, before.1])?;
+            Ok(Outcome::Purged(purged as u64))
+        }
     }
 }
