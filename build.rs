@@ -18,9 +18,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(["a2a.proto"], ["proto"])?;
     fs::write(out_dir.join("a2a_descriptor.bin"), fds.encode_to_vec())?;
 
+    // Type names (`prost::Name`) let the ProtoJSON encoder find each
+    // message's descriptor in the same set.
+    let mut config = tonic_prost_build::Config::new();
+    config.enable_type_names();
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        .compile_fds(fds)?;
+        .compile_fds_with_config(fds, config)?;
     Ok(())
 }

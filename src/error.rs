@@ -42,6 +42,18 @@ pub enum A2aError {
     /// PushNotificationNotSupportedError (spec §3.3.4).
     #[error("push notifications are not supported by this agent")]
     PushNotificationNotSupported,
+    /// ExtendedAgentCardNotConfiguredError: the agent declares an extended
+    /// card but none is configured (spec §3.1.11, §3.3.4).
+    #[error("this agent declares an extended agent card, but none is configured")]
+    ExtendedAgentCardNotConfigured,
+    /// ExtensionSupportRequiredError: the agent card marks an extension
+    /// `required` and the request did not declare it (spec §3.3.4).
+    #[error("extension {uri} is required by this agent; declare it in the a2a-extensions metadata")]
+    ExtensionSupportRequired { uri: String },
+    /// VersionNotSupportedError: the `a2a-version` asked for is not served
+    /// (spec §3.6.2).
+    #[error("A2A version {requested:?} is not supported; this interface serves 1.0")]
+    VersionNotSupported { requested: String },
     /// Request validation failed (spec §3.3.2, validation errors).
     #[error("invalid request: {}", describe(.0))]
     InvalidArgument(Vec<FieldViolation>),
@@ -86,7 +98,10 @@ impl A2aError {
             A2aError::TaskNotFound { .. } => Code::NotFound,
             A2aError::TaskNotCancelable { .. }
             | A2aError::UnsupportedOperation { .. }
-            | A2aError::PushNotificationNotSupported => Code::FailedPrecondition,
+            | A2aError::PushNotificationNotSupported
+            | A2aError::ExtendedAgentCardNotConfigured
+            | A2aError::ExtensionSupportRequired { .. }
+            | A2aError::VersionNotSupported { .. } => Code::FailedPrecondition,
             A2aError::InvalidArgument(_) => Code::InvalidArgument,
             A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => Code::Internal,
             A2aError::Unavailable(_) => Code::Unavailable,
@@ -100,6 +115,9 @@ impl A2aError {
             A2aError::TaskNotCancelable { .. } => "TASK_NOT_CANCELABLE",
             A2aError::UnsupportedOperation { .. } => "UNSUPPORTED_OPERATION",
             A2aError::PushNotificationNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
+            A2aError::ExtendedAgentCardNotConfigured => "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+            A2aError::ExtensionSupportRequired { .. } => "EXTENSION_SUPPORT_REQUIRED",
+            A2aError::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
             A2aError::InvalidArgument(_) => "INVALID_PARAMS",
             A2aError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
             A2aError::Unavailable(_) => "UNAVAILABLE",
@@ -119,8 +137,18 @@ impl A2aError {
         if let Some(task_id) = task_id {
             metadata.insert("task_id".to_owned(), task_id);
         }
-        if let A2aError::TaskNotCancelable { state, .. } = self {
-            metadata.insert("state".to_owned(), (*state).to_owned());
+        match self {
+            A2aError::TaskNotCancelable { state, .. } => {
+                metadata.insert("state".to_owned(), (*state).to_owned());
+            }
+            A2aError::ExtensionSupportRequired { uri } => {
+                metadata.insert("extension".to_owned(), uri.clone());
+            }
+            A2aError::VersionNotSupported { requested } => {
+                metadata.insert("requested_version".to_owned(), requested.clone());
+                metadata.insert("supported_versions".to_owned(), "1.0".to_owned());
+            }
+            _ => {}
         }
         metadata
     }
@@ -171,11 +199,19 @@ mod tests {
             },
             A2aError::unsupported("no", Some("t")),
             A2aError::PushNotificationNotSupported,
+            A2aError::ExtendedAgentCardNotConfigured,
+            A2aError::ExtensionSupportRequired { uri: "u".into() },
+            A2aError::VersionNotSupported {
+                requested: "0.3".into(),
+            },
         ];
         let reasons = [
             "TASK_NOT_CANCELABLE",
             "UNSUPPORTED_OPERATION",
             "PUSH_NOTIFICATION_NOT_SUPPORTED",
+            "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+            "EXTENSION_SUPPORT_REQUIRED",
+            "VERSION_NOT_SUPPORTED",
         ];
         for (err, reason) in cases.into_iter().zip(reasons) {
             let status = Status::from(err);

@@ -7,7 +7,9 @@
 //! task's subscribers.
 
 pub mod agent;
+pub mod discovery;
 pub mod error;
+pub mod json;
 pub mod lifecycle;
 pub mod proto;
 pub mod runtime;

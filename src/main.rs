@@ -1,5 +1,6 @@
 //! The `a2a-lifecycle` command: `serve` runs the server with the demo
-//! agents; the other subcommands are a small gRPC client for it.
+//! agents; the other subcommands are a small gRPC client for it, printing
+//! ProtoJSON (streams as one JSON object per line).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tracing_subscriber::EnvFilter;
 
-use a2a_lifecycle::agent::demo::{Deployer, demo_router_with};
+use a2a_lifecycle::agent::demo::{DefaultAgent, Deployer, demo_router_with};
+use a2a_lifecycle::discovery::DiscoveryConfig;
+use a2a_lifecycle::json;
 use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
@@ -55,6 +58,17 @@ enum Command {
         /// Demo deployer: how long until the approval arrives by itself.
         #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
         deployer_approval_delay: Duration,
+        /// The `host:port` the agent cards advertise, when clients reach
+        /// the server at another address than --listen (proxy, container).
+        #[arg(long)]
+        public_url: Option<String>,
+        /// The default agent's extended agent card: a ProtoJSON `AgentCard`
+        /// file, served by GetExtendedAgentCard and declared on the card.
+        #[arg(long)]
+        extended_card: Option<std::path::PathBuf>,
+        /// The agent serving requests without a tenant.
+        #[arg(long, value_enum, default_value = "test-runner")]
+        default_agent: DefaultAgent,
     },
     /// Send a text message.
     Send {
@@ -113,7 +127,8 @@ enum Command {
 struct Target {
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     server: String,
-    /// The agent: "" (test-runner), test-runner, code-reviewer, deployer.
+    /// The agent: "" (the default agent), test-runner, code-reviewer,
+    /// deployer, conformance.
     #[arg(long, default_value = "")]
     tenant: String,
 }
@@ -144,7 +159,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             task_timeout,
             retain,
             deployer_approval_delay,
+            public_url,
+            extended_card,
+            default_agent,
         } => {
+            let extended_card = extended_card
+                .map(|path| DiscoveryConfig::read_extended_card(&path))
+                .transpose()?;
             let store = open_store(&store)
                 .await
                 .map_err(|e| e as Box<dyn std::error::Error>)?;
@@ -159,13 +180,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 retain: retain.0,
                 ..Default::default()
             };
-            let agents = demo_router_with(Deployer {
-                approval_delay: deployer_approval_delay,
-            });
+            let agents = demo_router_with(
+                Deployer {
+                    approval_delay: deployer_approval_delay,
+                },
+                default_agent,
+            );
             let parts = ServerParts {
                 store,
                 agents,
                 runtime,
+                discovery: DiscoveryConfig {
+                    public_url,
+                    extended_card,
+                },
             };
             serve(listener, parts, shutdown_signal())
                 .await
@@ -202,10 +230,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if stream {
                 let mut events = client.send_streaming_message(request).await?.into_inner();
                 while let Some(event) = events.message().await? {
-                    println!("{event:#?}");
+                    print_line(&event)?;
                 }
             } else {
-                println!("{:#?}", client.send_message(request).await?.into_inner());
+                print_pretty(&client.send_message(request).await?.into_inner())?;
             }
         }
         Command::Get {
@@ -222,7 +250,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     history_length,
                 })
                 .await?;
-            println!("{:#?}", task.into_inner());
+            print_pretty(&task.into_inner())?;
         }
         Command::List {
             target,
@@ -247,7 +275,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     ..Default::default()
                 })
                 .await?;
-            println!("{:#?}", page.into_inner());
+            print_pretty(&page.into_inner())?;
         }
         Command::Cancel { target, id } => {
             let task = target
@@ -259,7 +287,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     metadata: None,
                 })
                 .await?;
-            println!("{:#?}", task.into_inner());
+            print_pretty(&task.into_inner())?;
         }
         Command::Subscribe { target, id } => {
             let mut events = target
@@ -272,10 +300,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await?
                 .into_inner();
             while let Some(event) = events.message().await? {
-                println!("{event:#?}");
+                print_line(&event)?;
             }
         }
     }
+    Ok(())
+}
+
+/// A response as indented ProtoJSON (spec §5.5).
+fn print_pretty<M: prost::Message + prost::Name>(message: &M) -> Result<(), json::JsonError> {
+    println!("{}", json::to_string_pretty(message)?);
+    Ok(())
+}
+
+/// A stream event as one line of ProtoJSON (JSON Lines, for `jq` and
+/// scripts).
+fn print_line<M: prost::Message + prost::Name>(message: &M) -> Result<(), json::JsonError> {
+    println!("{}", json::to_string(message)?);
     Ok(())
 }
 

@@ -1,6 +1,7 @@
-//! Assembles the gRPC server: the A2A service, the standard health service
-//! and server reflection (v1 and v1alpha, so `grpcurl list/describe` work
-//! with no proto files), and serves it until a shutdown signal.
+//! Assembles the server: the A2A service, the standard health service,
+//! server reflection (v1 and v1alpha, so `grpcurl list/describe` work with
+//! no proto files) and, on the same port over HTTP/1.1, the agent cards
+//! ([`crate::discovery`]); serves them until a shutdown signal.
 //!
 //! Shutdown is designed in: the signal first fires the runtime's shutdown
 //! token, which ends every open stream with UNAVAILABLE and cancels running
@@ -11,9 +12,11 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
 use tonic::transport::Server;
 
 use crate::agent::AgentRouter;
+use crate::discovery::{Cards, DiscoveryConfig};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::a2a_service_server::A2aServiceServer;
 use crate::runtime::{RuntimeConfig, TaskManager};
@@ -28,6 +31,7 @@ pub struct ServerParts {
     pub store: Arc<dyn TaskStore>,
     pub agents: AgentRouter,
     pub runtime: RuntimeConfig,
+    pub discovery: DiscoveryConfig,
 }
 
 /// Serves on `listener` until `shutdown` completes. First fails the tasks a
@@ -45,15 +49,34 @@ pub async fn serve(
             "failed tasks left active by a previous run of the server"
         );
     }
-    serve_manager(listener, manager, shutdown).await
+    serve_manager_with(listener, manager, parts.discovery, shutdown).await
 }
 
-/// Serves an existing [`TaskManager`] (for embedding and tests).
+/// Serves an existing [`TaskManager`] (for embedding and tests), with the
+/// default discovery settings.
 pub async fn serve_manager(
     listener: TcpListener,
     manager: TaskManager,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    serve_manager_with(listener, manager, DiscoveryConfig::default(), shutdown).await
+}
+
+/// Serves an existing [`TaskManager`]: gRPC and, on the same port, the
+/// agent cards over HTTP/1.1 (tonic accepts HTTP/1.1 beside HTTP/2 and
+/// routes by path, so the axum routes and the gRPC services share one
+/// router).
+pub async fn serve_manager_with(
+    listener: TcpListener,
+    manager: TaskManager,
+    discovery: DiscoveryConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let cards = Arc::new(Cards::build(
+        manager.agents(),
+        &discovery,
+        listener.local_addr()?,
+    )?);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<A2aServiceServer<A2aGrpc>>()
@@ -67,7 +90,7 @@ pub async fn serve_manager(
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
-    let a2a = A2aServiceServer::new(A2aGrpc::new(manager.clone()))
+    let a2a = A2aServiceServer::new(A2aGrpc::new(manager.clone(), cards.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
@@ -78,12 +101,15 @@ pub async fn serve_manager(
         tracing::info!("shutting down: ending open streams and draining calls");
         token.cancel();
     };
-    tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC");
-    Server::builder()
+    tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC and agent cards");
+    let routes = Routes::from(cards.router())
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(a2a)
+        .add_service(a2a);
+    Server::builder()
+        .accept_http1(true)
+        .add_routes(routes)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
         .await?;
     Ok(())

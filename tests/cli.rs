@@ -5,6 +5,8 @@ mod support;
 
 use std::process::Command;
 
+use serde_json::Value;
+
 use support::{BIN, spawn_serve};
 
 fn start_server() -> (std::process::Child, String) {
@@ -29,12 +31,17 @@ fn client(server: &str, args: &[&str]) -> String {
 fn serve_answers_the_client_subcommands_and_exits_cleanly_on_sigterm() {
     let (mut child, server) = start_server();
 
-    let out = client(&server, &["send", "ping"]);
-    assert!(out.contains("\"pong\""), "{out}");
+    // Responses print as ProtoJSON (spec §5.5).
+    let out: Value = serde_json::from_str(&client(&server, &["send", "ping"])).unwrap();
+    assert_eq!(out["message"]["parts"][0]["text"], "pong", "{out}");
+    assert_eq!(out["message"]["role"], "ROLE_AGENT", "{out}");
 
-    let out = client(&server, &["send", "run the tests"]);
-    assert!(out.contains("state: Completed"), "{out}");
-    assert!(out.contains("test-report"), "{out}");
+    let out: Value = serde_json::from_str(&client(&server, &["send", "run the tests"])).unwrap();
+    assert_eq!(
+        out["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{out}"
+    );
+    assert_eq!(out["task"]["artifacts"][0]["name"], "test-report", "{out}");
 
     let out = client(
         &server,
@@ -46,16 +53,33 @@ fn serve_answers_the_client_subcommands_and_exits_cleanly_on_sigterm() {
             "deploy to staging",
         ],
     );
-    for state in ["Submitted", "AuthRequired", "Working", "Completed"] {
-        assert!(
-            out.contains(&format!("state: {state}")),
-            "{state} missing: {out}"
-        );
-    }
+    // A stream prints one JSON object per event.
+    let states: Vec<String> = out
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter_map(|event| {
+            let status = event
+                .get("task")
+                .and_then(|t| t.get("status"))
+                .or_else(|| event.get("statusUpdate").and_then(|u| u.get("status")))?;
+            Some(status["state"].as_str()?.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "TASK_STATE_SUBMITTED",
+            "TASK_STATE_AUTH_REQUIRED",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_COMPLETED"
+        ],
+        "{out}"
+    );
 
     // `list --state` accepts the 0.3 name as well as the ProtoJSON name.
-    let out = client(&server, &["list", "--state", "completed"]);
-    assert!(out.contains("total_size: 1"), "{out}");
+    let out: Value =
+        serde_json::from_str(&client(&server, &["list", "--state", "completed"])).unwrap();
+    assert_eq!(out["totalSize"], 1, "{out}");
     let out = client(
         &server,
         &[
@@ -66,7 +90,8 @@ fn serve_answers_the_client_subcommands_and_exits_cleanly_on_sigterm() {
             "TASK_STATE_COMPLETED",
         ],
     );
-    assert!(out.contains("total_size: 1"), "{out}");
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["totalSize"], 1, "{out}");
 
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -85,4 +110,61 @@ fn unknown_store_is_a_clear_startup_error() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown --store"));
+}
+
+#[tokio::test]
+async fn serve_discovery_flags_shape_the_cards() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cards");
+    std::fs::create_dir_all(&dir).unwrap();
+    let card_file = dir.join(format!("{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(
+        &card_file,
+        r#"{"name": "conformance (extended)", "description": "More skills.", "version": "1"}"#,
+    )
+    .unwrap();
+    let (mut child, server) = spawn_serve(&[
+        "--store",
+        "memory",
+        "--default-agent",
+        "conformance",
+        "--public-url",
+        "a2a.example.com:443",
+        "--extended-card",
+        card_file.to_str().unwrap(),
+    ]);
+    let addr = server.trim_start_matches("http://").parse().unwrap();
+    let response = support::http_get(addr, "/.well-known/agent-card.json", &[]).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+    let card: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(card["name"], "conformance", "{card}");
+    assert_eq!(card["supportedInterfaces"][0]["url"], "a2a.example.com:443");
+    assert_eq!(card["capabilities"]["extendedAgentCard"], true, "{card}");
+
+    let mut grpc = a2a_lifecycle::proto::a2a_service_client::A2aServiceClient::connect(server)
+        .await
+        .unwrap();
+    let extended = grpc
+        .get_extended_agent_card(a2a_lifecycle::proto::GetExtendedAgentCardRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(extended.name, "conformance (extended)");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_bad_extended_card_file_is_a_clear_startup_error() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cards");
+    std::fs::create_dir_all(&dir).unwrap();
+    let card_file = dir.join(format!("{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&card_file, r#"{"nmae": "typo"}"#).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
+        .args(["--extended-card", card_file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not an AgentCard"), "{stderr}");
 }

@@ -382,12 +382,22 @@ async fn list_tasks_filters_and_pages() {
     server.stop().await;
 }
 
-/// The demo router serves the three agents; anything else is refused, and
-/// the stream of a follow-up starts from the continued task.
+/// The demo router serves the demo agents and the conformance agent;
+/// anything else is refused, and the stream of a follow-up starts from the
+/// continued task.
 #[tokio::test]
-async fn demo_router_serves_three_tenants() {
+async fn demo_router_serves_the_demo_tenants() {
     let tenants = demo_router().tenants();
-    assert_eq!(tenants, ["", "code-reviewer", "deployer", "test-runner"]);
+    assert_eq!(
+        tenants,
+        [
+            "",
+            "code-reviewer",
+            "conformance",
+            "deployer",
+            "test-runner"
+        ]
+    );
     let server = TestServer::start().await;
     let mut client = server.client().await;
     let err = client

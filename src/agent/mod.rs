@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::runtime::sink::{EventSink, SinkError};
 pub use router::AgentRouter;
 
-use crate::proto::{Message, Task};
+use crate::proto::{AgentCapabilities, AgentCard, AgentSkill, Message, Task};
 
 /// What an executor is asked to do.
 #[derive(Debug, Clone)]
@@ -88,5 +88,45 @@ pub trait AgentExecutor: Send + Sync + 'static {
     /// this hook is for releasing what the agent holds.
     async fn cancel(&self, _ctx: RequestContext) -> Result<(), AgentError> {
         Ok(())
+    }
+
+    /// What this agent says about itself (spec §4.4.1): name, skills,
+    /// capabilities, extensions. The server fills in where it is reached
+    /// (`supported_interfaces`), push support and the extended-card flag,
+    /// and enforces what the card declares (spec §3.3.4): without
+    /// `capabilities.streaming` the streaming RPCs are refused, and an
+    /// extension marked `required` must be declared by each request.
+    fn card(&self) -> AgentCard {
+        basic_card("A2A agent", "An agent served by a2a-lifecycle.", Vec::new())
+    }
+}
+
+/// A card with the defaults the demo agents share: this crate's version,
+/// streaming on, text in and out.
+pub fn basic_card(name: &str, description: &str, skills: Vec<AgentSkill>) -> AgentCard {
+    AgentCard {
+        name: name.into(),
+        description: description.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        capabilities: Some(AgentCapabilities {
+            streaming: Some(true),
+            ..Default::default()
+        }),
+        default_input_modes: vec!["text/plain".into()],
+        default_output_modes: vec!["text/plain".into()],
+        skills,
+        ..Default::default()
+    }
+}
+
+/// A skill entry for a card (spec §4.4.5).
+pub fn skill(id: &str, name: &str, description: &str, examples: &[&str]) -> AgentSkill {
+    AgentSkill {
+        id: id.into(),
+        name: name.into(),
+        description: description.into(),
+        tags: vec![id.into()],
+        examples: examples.iter().map(|e| (*e).into()).collect(),
+        ..Default::default()
     }
 }

@@ -1,10 +1,13 @@
-//! The tonic `A2AService`: decode and validate a request, hand it to the
-//! [`TaskManager`], map the result and errors to gRPC.
+//! The tonic `A2AService`: check the protocol rules the cards set (version,
+//! extensions, capabilities: [`Cards::check`]), decode and validate a
+//! request, hand it to the [`TaskManager`], map the result and errors to
+//! gRPC.
 //!
 //! One file per concern: [`validate`] (input rules and limits),
 //! [`send`] (SendMessage, SendStreamingMessage), [`tasks`] (GetTask,
-//! ListTasks, CancelTask, SubscribeToTask), [`unsupported`] (push config and
-//! extended card RPCs this agent does not offer).
+//! ListTasks, CancelTask, SubscribeToTask), [`unsupported`] (push config
+//! RPCs this server does not offer). GetExtendedAgentCard is answered from
+//! [`Cards::extended`].
 
 pub mod send;
 pub mod tasks;
@@ -12,10 +15,12 @@ pub mod unsupported;
 pub mod validate;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::discovery::Cards;
 use crate::proto::a2a_service_server::A2aService;
 use crate::proto::{
     AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
@@ -33,11 +38,18 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamResponse, Status>>
 #[derive(Clone)]
 pub struct A2aGrpc {
     manager: TaskManager,
+    cards: Arc<Cards>,
 }
 
 impl A2aGrpc {
-    pub fn new(manager: TaskManager) -> Self {
-        A2aGrpc { manager }
+    pub fn new(manager: TaskManager, cards: Arc<Cards>) -> Self {
+        A2aGrpc { manager, cards }
+    }
+
+    /// Version, extensions and capability rules (see [`Cards::check`]),
+    /// before anything else about the request.
+    fn check<T>(&self, request: &Request<T>, tenant: &str, streaming: bool) -> Result<(), Status> {
+        Ok(self.cards.check(request.metadata(), tenant, streaming)?)
     }
 }
 
@@ -47,6 +59,7 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<SendMessageResponse>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         send::send_message(&self.manager, request.into_inner()).await
     }
 
@@ -56,10 +69,12 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<EventStream>, Status> {
+        self.check(&request, &request.get_ref().tenant, true)?;
         send::send_streaming_message(&self.manager, request.into_inner()).await
     }
 
     async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         tasks::get_task(&self.manager, request.into_inner()).await
     }
 
@@ -67,6 +82,7 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<ListTasksRequest>,
     ) -> Result<Response<ListTasksResponse>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         tasks::list_tasks(&self.manager, request.into_inner()).await
     }
 
@@ -74,6 +90,7 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<CancelTaskRequest>,
     ) -> Result<Response<Task>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         tasks::cancel_task(&self.manager, request.into_inner()).await
     }
 
@@ -83,41 +100,48 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SubscribeToTaskRequest>,
     ) -> Result<Response<EventStream>, Status> {
+        self.check(&request, &request.get_ref().tenant, true)?;
         tasks::subscribe_to_task(&self.manager, request.into_inner()).await
     }
 
     async fn create_task_push_notification_config(
         &self,
-        _request: Request<TaskPushNotificationConfig>,
+        request: Request<TaskPushNotificationConfig>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         Err(unsupported::push_not_supported())
     }
 
     async fn get_task_push_notification_config(
         &self,
-        _request: Request<GetTaskPushNotificationConfigRequest>,
+        request: Request<GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         Err(unsupported::push_not_supported())
     }
 
     async fn list_task_push_notification_configs(
         &self,
-        _request: Request<ListTaskPushNotificationConfigsRequest>,
+        request: Request<ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<ListTaskPushNotificationConfigsResponse>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         Err(unsupported::push_not_supported())
     }
 
     async fn get_extended_agent_card(
         &self,
-        _request: Request<GetExtendedAgentCardRequest>,
+        request: Request<GetExtendedAgentCardRequest>,
     ) -> Result<Response<AgentCard>, Status> {
-        Err(unsupported::extended_card_not_supported())
+        let tenant = &request.get_ref().tenant;
+        self.check(&request, tenant, false)?;
+        Ok(Response::new(self.cards.extended(tenant)?))
     }
 
     async fn delete_task_push_notification_config(
         &self,
-        _request: Request<DeleteTaskPushNotificationConfigRequest>,
+        request: Request<DeleteTaskPushNotificationConfigRequest>,
     ) -> Result<Response<()>, Status> {
+        self.check(&request, &request.get_ref().tenant, false)?;
         Err(unsupported::push_not_supported())
     }
 }

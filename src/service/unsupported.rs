@@ -1,6 +1,6 @@
-//! RPCs for capabilities this agent does not declare (spec §3.3.4): push
-//! notification configs answer PushNotificationNotSupportedError and
-//! GetExtendedAgentCard answers UnsupportedOperationError.
+//! RPCs for capabilities this server does not offer (spec §3.3.4): the push
+//! notification config RPCs answer PushNotificationNotSupportedError (the
+//! cards declare `capabilities.pushNotifications` false).
 
 use tonic::Status;
 
@@ -8,12 +8,4 @@ use crate::error::A2aError;
 
 pub fn push_not_supported() -> Status {
     A2aError::PushNotificationNotSupported.into()
-}
-
-pub fn extended_card_not_supported() -> Status {
-    A2aError::unsupported(
-        "this agent does not declare capabilities.extendedAgentCard",
-        None,
-    )
-    .into()
 }

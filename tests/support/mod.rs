@@ -17,13 +17,14 @@ use tonic_types::StatusExt;
 
 use a2a_lifecycle::agent::AgentRouter;
 use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
     Message, Part, Role, SendMessageConfiguration, SendMessageRequest, StreamResponse, Task,
     TaskState, part::Content, send_message_response, stream_response::Payload,
 };
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
-use a2a_lifecycle::server::serve_manager;
+use a2a_lifecycle::server::serve_manager_with;
 use a2a_lifecycle::store::{MemoryStore, TaskStore};
 
 pub type Client = A2aServiceClient<Channel>;
@@ -54,13 +55,22 @@ impl TestServer {
         agents: AgentRouter,
         config: RuntimeConfig,
     ) -> Self {
+        Self::start_discovery(store, agents, config, DiscoveryConfig::default()).await
+    }
+
+    pub async fn start_discovery(
+        store: Arc<dyn TaskStore>,
+        agents: AgentRouter,
+        config: RuntimeConfig,
+        discovery: DiscoveryConfig,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let manager = TaskManager::new(store, agents, config);
         let (tx, rx) = oneshot::channel::<()>();
         let m = manager.clone();
         let handle = tokio::spawn(async move {
-            serve_manager(listener, m, async {
+            serve_manager_with(listener, m, discovery, async {
                 let _ = rx.await;
             })
             .await
@@ -260,4 +270,77 @@ pub fn spawn_serve(args: &[&str]) -> (Child, String) {
     // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     (child, format!("http://{addr}"))
+}
+
+/// An HTTP/1.1 response as a test reads it.
+pub struct HttpResponse {
+    pub status: u16,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A plain HTTP/1.1 GET over a real socket (what `curl` does), with extra
+/// request headers.
+pub async fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
+        .await
+        .expect("HTTP response timed out")
+        .unwrap();
+    let text = String::from_utf8(raw).expect("UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP head");
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect::<Vec<_>>();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    HttpResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("chunk size");
+        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
 }

@@ -7,8 +7,8 @@
 
 use async_trait::async_trait;
 
-use crate::agent::{AgentError, AgentExecutor, EventSink, RequestContext};
-use crate::proto::TaskState;
+use crate::agent::{AgentError, AgentExecutor, EventSink, RequestContext, basic_card, skill};
+use crate::proto::{AgentCard, TaskState};
 
 pub const REVIEW_ARTIFACT: &str = "review";
 pub const ASK_FOR_DIFF: &str = "Please send the diff to review.";
@@ -18,6 +18,19 @@ pub struct CodeReviewer;
 
 #[async_trait]
 impl AgentExecutor for CodeReviewer {
+    fn card(&self) -> AgentCard {
+        basic_card(
+            "code-reviewer",
+            "Reviews a diff: asks for it first (INPUT_REQUIRED), then returns a review.",
+            vec![skill(
+                "review",
+                "Review a diff",
+                "Asks for the diff, then answers with a `review` artifact.",
+                &["review my change", "please review this diff"],
+            )],
+        )
+    }
+
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
         if ctx.task.is_none() {
             sink.status(TaskState::InputRequired, Some(ASK_FOR_DIFF))

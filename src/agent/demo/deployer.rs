@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::agent::{AgentError, AgentExecutor, EventSink, RequestContext, SinkError};
+use crate::agent::{
+    AgentError, AgentExecutor, EventSink, RequestContext, SinkError, basic_card, skill,
+};
 use crate::lifecycle::ApplyError;
-use crate::proto::TaskState;
+use crate::proto::{AgentCard, TaskState};
 
 pub const DEPLOYMENT_ARTIFACT: &str = "deployment";
 
@@ -41,6 +43,19 @@ fn target(text: &str) -> Option<&'static str> {
 
 #[async_trait]
 impl AgentExecutor for Deployer {
+    fn card(&self) -> AgentCard {
+        basic_card(
+            "deployer",
+            "Deploys to staging or prod after an out-of-band approval (AUTH_REQUIRED).",
+            vec![skill(
+                "deploy",
+                "Deploy a build",
+                "Deploys to `staging` or `prod` once approved; other targets are rejected.",
+                &["deploy to staging", "deploy to prod"],
+            )],
+        )
+    }
+
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
         let Some(target) = target(&ctx.text()) else {
             sink.status(

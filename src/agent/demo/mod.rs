@@ -1,38 +1,60 @@
-//! Demo agents from the planner scenario, one per tenant.
+//! Demo agents from the planner scenario, one per tenant, and the
+//! conformance agent for the official A2A TCK.
 //!
 //! | tenant | agent |
 //! | --- | --- |
-//! | `""` (none) or `test-runner` | [`TestRunner`] |
+//! | `""` (none) | the default agent: test-runner, or conformance with `serve --default-agent conformance` |
+//! | `test-runner` | [`TestRunner`] |
 //! | `code-reviewer` | [`CodeReviewer`] |
 //! | `deployer` | [`Deployer`] |
+//! | `conformance` | [`Conformance`] |
 //!
 //! They are deterministic and fast so that every lifecycle flow (blocking,
 //! polling, streaming, input-required, auth-required, rejected, failed,
 //! canceled, direct reply) can be driven and tested against a real server.
 
 mod code_reviewer;
+mod conformance;
 mod deployer;
 mod test_runner;
 
 use std::sync::Arc;
 
 pub use code_reviewer::CodeReviewer;
+pub use conformance::Conformance;
 pub use deployer::Deployer;
 pub use test_runner::TestRunner;
 
-use super::AgentRouter;
+use super::{AgentExecutor, AgentRouter};
 
-/// The router `serve` uses: the three demo agents, test-runner as default.
-pub fn demo_router() -> AgentRouter {
-    demo_router_with(Deployer::default())
+/// Which demo agent serves requests without a tenant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DefaultAgent {
+    #[default]
+    TestRunner,
+    /// For the A2A TCK, which never sets `tenant`.
+    Conformance,
 }
 
-/// The demo router with a tuned deployer (its approval delay).
-pub fn demo_router_with(deployer: Deployer) -> AgentRouter {
+/// The router `serve` uses by default: every demo agent, test-runner as
+/// the default agent.
+pub fn demo_router() -> AgentRouter {
+    demo_router_with(Deployer::default(), DefaultAgent::TestRunner)
+}
+
+/// The demo router with a tuned deployer (its approval delay) and a chosen
+/// default agent.
+pub fn demo_router_with(deployer: Deployer, default: DefaultAgent) -> AgentRouter {
     let test_runner = Arc::new(TestRunner::default());
+    let conformance = Arc::new(Conformance);
+    let default_agent: Arc<dyn AgentExecutor> = match default {
+        DefaultAgent::TestRunner => test_runner.clone(),
+        DefaultAgent::Conformance => conformance.clone(),
+    };
     AgentRouter::new()
-        .with("", test_runner.clone())
+        .with("", default_agent)
         .with("test-runner", test_runner)
         .with("code-reviewer", Arc::new(CodeReviewer))
         .with("deployer", Arc::new(deployer))
+        .with("conformance", conformance)
 }

@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::agent::{AgentError, AgentExecutor, EventSink, RequestContext, SinkError};
+use crate::agent::{
+    AgentError, AgentExecutor, EventSink, RequestContext, SinkError, basic_card, skill,
+};
 use crate::lifecycle::ApplyError;
-use crate::proto::TaskState;
+use crate::proto::{AgentCard, TaskState};
 
 pub const REPORT_ARTIFACT: &str = "test-report";
 
@@ -92,6 +94,28 @@ impl TestRunner {
 
 #[async_trait]
 impl AgentExecutor for TestRunner {
+    fn card(&self) -> AgentCard {
+        basic_card(
+            "test-runner",
+            "Runs the test suite and streams a report; `ping` answers `pong` directly.",
+            vec![
+                skill(
+                    "run-tests",
+                    "Run the tests",
+                    "Runs the suite and returns a `test-report` artifact in two chunks; \
+                     `fail` fails the run, `slow` runs for a minute with progress updates.",
+                    &["run the unit tests", "run the slow tests", "make it fail"],
+                ),
+                skill(
+                    "ping",
+                    "Ping",
+                    "Answers `ping` with a direct `pong` message, no task.",
+                    &["ping"],
+                ),
+            ],
+        )
+    }
+
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
         if ctx.task.is_none() && ctx.text().trim() == "ping" {
             sink.reply_text("pong").await?;

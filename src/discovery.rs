@@ -1,0 +1,386 @@
+//! Discovery (spec §8): the agent cards this server publishes, and the
+//! request rules that follow from them.
+//!
+//! Owns:
+//! - building one public card per tenant from its agent's own
+//!   [`AgentExecutor::card`](crate::agent::AgentExecutor::card), with the
+//!   gRPC interface it is reached at (spec §4.4.6 `AgentInterface`, with the
+//!   tenant), push support (off) and the extended-card flag;
+//! - serving them over HTTP on the gRPC port at
+//!   `/.well-known/agent-card.json` (the default agent) and
+//!   `/{tenant}/.well-known/agent-card.json`, as ProtoJSON, with
+//!   `Cache-Control`, `ETag` and `Last-Modified`, answering
+//!   `If-None-Match` / `If-Modified-Since` with 304 (spec §8.2, §8.6);
+//! - the per-request checks of spec §3.3.4 and §3.6: the `a2a-version`
+//!   metadata, the `a2a-extensions` a card marks required, and the
+//!   streaming capability;
+//! - GetExtendedAgentCard (spec §3.1.11).
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tonic::metadata::MetadataMap;
+
+use crate::agent::AgentRouter;
+use crate::error::A2aError;
+use crate::json::{self, JsonError};
+use crate::proto::{AgentCard, AgentInterface, AgentProvider};
+
+/// The protocol version this interface serves (spec §3.6).
+pub const PROTOCOL_VERSION: &str = "1.0";
+/// The protocol binding advertised in every interface (spec §4.4.6).
+pub const PROTOCOL_BINDING: &str = "GRPC";
+/// How long clients and proxies may reuse a fetched card (spec §8.6).
+pub const CARD_MAX_AGE: Duration = Duration::from_secs(300);
+/// The gRPC metadata key naming the client's protocol version (spec §3.6).
+pub const VERSION_METADATA: &str = "a2a-version";
+/// The gRPC metadata key listing the extensions a request uses (spec §3.2.6).
+pub const EXTENSIONS_METADATA: &str = "a2a-extensions";
+
+/// What the operator says about discovery.
+#[derive(Clone, Debug, Default)]
+pub struct DiscoveryConfig {
+    /// `host:port` clients should use, when the bind address is not it
+    /// (behind a proxy, in a container). Defaults to the bound address.
+    pub public_url: Option<String>,
+    /// The default agent's extended card (spec §3.1.11), from
+    /// `--extended-card`. The default agent's public card then declares
+    /// `capabilities.extendedAgentCard`.
+    pub extended_card: Option<AgentCard>,
+}
+
+impl DiscoveryConfig {
+    /// Reads an extended card file (ProtoJSON of `AgentCard`).
+    pub fn read_extended_card(path: &std::path::Path) -> Result<AgentCard, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        json::from_str(&text).map_err(|e| format!("{}: not an AgentCard: {e}", path.display()))
+    }
+}
+
+/// One tenant's published card, ready to serve.
+struct Published {
+    card: AgentCard,
+    extended: Option<AgentCard>,
+    body: bytes::Bytes,
+    etag: String,
+}
+
+/// Every tenant's card, built once at start (cards do not change while
+/// the server runs, so one ETag and one Last-Modified hold for its life).
+pub struct Cards {
+    by_tenant: HashMap<String, Published>,
+    last_modified: SystemTime,
+}
+
+impl Cards {
+    /// Builds the cards of every agent in `agents`, reached at `addr`
+    /// unless `config.public_url` says otherwise.
+    pub fn build(
+        agents: &AgentRouter,
+        config: &DiscoveryConfig,
+        addr: SocketAddr,
+    ) -> Result<Self, JsonError> {
+        let url = match &config.public_url {
+            Some(url) => url.clone(),
+            // A wildcard bind address is no address for a client; the
+            // loopback one works on this machine, and `--public-url`
+            // names the right one elsewhere.
+            None if addr.ip().is_unspecified() => format!("127.0.0.1:{}", addr.port()),
+            None => addr.to_string(),
+        };
+        let mut by_tenant = HashMap::new();
+        for tenant in agents.tenants() {
+            let agent = agents.route(&tenant).expect("listed tenant routes");
+            let mut card = agent.card();
+            card.supported_interfaces = vec![AgentInterface {
+                url: url.clone(),
+                protocol_binding: PROTOCOL_BINDING.into(),
+                tenant: tenant.clone(),
+                protocol_version: PROTOCOL_VERSION.into(),
+            }];
+            let provider = card.provider.get_or_insert_with(|| AgentProvider {
+                organization: "a2a-lifecycle".into(),
+                url: String::new(),
+            });
+            if provider.url.is_empty() {
+                // The demo agents are documented by their own cards.
+                let scheme = if url.ends_with(":443") {
+                    "https"
+                } else {
+                    "http"
+                };
+                provider.url = format!("{scheme}://{url}/.well-known/agent-card.json");
+            }
+            let extended = if tenant.is_empty() {
+                config.extended_card.clone().map(|mut extended| {
+                    if extended.supported_interfaces.is_empty() {
+                        extended.supported_interfaces = card.supported_interfaces.clone();
+                    }
+                    extended
+                })
+            } else {
+                None
+            };
+            let capabilities = card.capabilities.get_or_insert_with(Default::default);
+            // Push notifications are not offered (PUSH_NOTIFICATION_NOT_SUPPORTED).
+            capabilities.push_notifications = Some(false);
+            if extended.is_some() {
+                capabilities.extended_agent_card = Some(true);
+            }
+            let body = bytes::Bytes::from(json::to_string_pretty(&card)?);
+            let mut hasher = DefaultHasher::new();
+            body.hash(&mut hasher);
+            let etag = format!("\"{:016x}\"", hasher.finish());
+            by_tenant.insert(
+                tenant,
+                Published {
+                    card,
+                    extended,
+                    body,
+                    etag,
+                },
+            );
+        }
+        Ok(Cards {
+            by_tenant,
+            // HTTP dates have whole seconds; a sub-second start time would
+            // make every If-Modified-Since look older than the card.
+            last_modified: truncate_to_seconds(SystemTime::now()),
+        })
+    }
+
+    /// The public card of `tenant`'s agent.
+    pub fn card(&self, tenant: &str) -> Option<&AgentCard> {
+        self.by_tenant.get(tenant).map(|p| &p.card)
+    }
+
+    /// GetExtendedAgentCard (spec §3.1.11, §3.3.4).
+    pub fn extended(&self, tenant: &str) -> Result<AgentCard, A2aError> {
+        let Some(published) = self.by_tenant.get(tenant) else {
+            return Err(A2aError::invalid(
+                "tenant",
+                format!("no agent is served for tenant {tenant:?}"),
+            ));
+        };
+        if let Some(extended) = &published.extended {
+            return Ok(extended.clone());
+        }
+        let declared = published
+            .card
+            .capabilities
+            .as_ref()
+            .and_then(|c| c.extended_agent_card)
+            .unwrap_or(false);
+        if declared {
+            Err(A2aError::ExtendedAgentCardNotConfigured)
+        } else {
+            Err(A2aError::unsupported(
+                "this agent has no extended agent card (capabilities.extendedAgentCard is off)",
+                None,
+            ))
+        }
+    }
+
+    /// The checks every request passes before it is served: the protocol
+    /// version (spec §3.6.2), the extensions the agent requires (spec
+    /// §3.3.4), and, for the streaming RPCs, the streaming capability.
+    /// An unknown tenant passes here; the request's own validation reports
+    /// it on the `tenant` field.
+    pub fn check(
+        &self,
+        metadata: &MetadataMap,
+        tenant: &str,
+        streaming: bool,
+    ) -> Result<(), A2aError> {
+        check_version(metadata)?;
+        let Some(card) = self.card(tenant) else {
+            return Ok(());
+        };
+        let capabilities = card.capabilities.clone().unwrap_or_default();
+        if streaming && capabilities.streaming != Some(true) {
+            return Err(A2aError::unsupported(
+                "this agent does not support streaming (capabilities.streaming is off)",
+                None,
+            ));
+        }
+        let required: Vec<&str> = capabilities
+            .extensions
+            .iter()
+            .filter(|e| e.required)
+            .map(|e| e.uri.as_str())
+            .collect();
+        if !required.is_empty() {
+            let declared = declared_extensions(metadata);
+            if let Some(missing) = required.iter().find(|uri| !declared.contains(**uri)) {
+                return Err(A2aError::ExtensionSupportRequired {
+                    uri: (*missing).to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The HTTP routes that serve the cards.
+    pub fn router(self: Arc<Self>) -> axum::Router {
+        axum::Router::new()
+            .route("/.well-known/agent-card.json", get(root_card))
+            .route("/{tenant}/.well-known/agent-card.json", get(tenant_card))
+            .with_state(self)
+    }
+
+    fn respond(&self, tenant: &str, request: &HeaderMap) -> Response {
+        let Some(published) = self.by_tenant.get(tenant) else {
+            return (
+                StatusCode::NOT_FOUND,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                format!("no agent is served for tenant {tenant:?}\n"),
+            )
+                .into_response();
+        };
+        let last_modified = httpdate::fmt_http_date(self.last_modified);
+        let cache = format!("public, max-age={}", CARD_MAX_AGE.as_secs());
+        let headers = [
+            (header::ETAG, published.etag.clone()),
+            (header::LAST_MODIFIED, last_modified),
+            (header::CACHE_CONTROL, cache),
+        ];
+        if self.not_modified(published, request) {
+            return (StatusCode::NOT_MODIFIED, headers).into_response();
+        }
+        let mut response = (headers, Body::from(published.body.clone())).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+
+    /// RFC 9110 §13.1: If-None-Match decides when present (weak
+    /// comparison, `*` matches); otherwise If-Modified-Since.
+    fn not_modified(&self, published: &Published, request: &HeaderMap) -> bool {
+        let if_none_match: Vec<&str> = request
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect();
+        if !if_none_match.is_empty() {
+            let ours = published.etag.trim_start_matches("W/");
+            return if_none_match
+                .iter()
+                .any(|tag| *tag == "*" || tag.trim_start_matches("W/") == ours);
+        }
+        request
+            .get(header::IF_MODIFIED_SINCE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .is_some_and(|since| self.last_modified <= since)
+    }
+}
+
+async fn root_card(State(cards): State<Arc<Cards>>, headers: HeaderMap) -> Response {
+    cards.respond("", &headers)
+}
+
+async fn tenant_card(
+    State(cards): State<Arc<Cards>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    cards.respond(&tenant, &headers)
+}
+
+fn truncate_to_seconds(t: SystemTime) -> SystemTime {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// Spec §3.6.2: `Major.Minor`, matched on both; a patch part (`1.0.1`) is
+/// ignored. No header, or an empty one, is served as 1.0: spec §3.6.2
+/// reads an empty value as 0.3, but a 0.3 client cannot reach this service
+/// at all (`lf.a2a.v1` exists only from 1.0), so a request that arrives
+/// here speaks 1.0.
+fn check_version(metadata: &MetadataMap) -> Result<(), A2aError> {
+    let Some(value) = metadata.get(VERSION_METADATA) else {
+        return Ok(());
+    };
+    let requested = value.to_str().unwrap_or("").trim();
+    if requested.is_empty() || major_minor(requested) == Some((1, 0)) {
+        return Ok(());
+    }
+    Err(A2aError::VersionNotSupported {
+        requested: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+    })
+}
+
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    match parts.next() {
+        None => {}
+        Some(patch) if patch.parse::<u32>().is_ok() && parts.next().is_none() => {}
+        Some(_) => return None,
+    }
+    Some((major, minor))
+}
+
+/// Every extension URI the request declares: the metadata may repeat, and
+/// each value is a comma-separated list (spec §3.2.6).
+fn declared_extensions(metadata: &MetadataMap) -> HashSet<String> {
+    metadata
+        .get_all(EXTENSIONS_METADATA)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|uri| !uri.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_version(v: &str) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        m.insert(VERSION_METADATA, v.parse().unwrap());
+        m
+    }
+
+    #[test]
+    fn version_rules() {
+        assert!(check_version(&MetadataMap::new()).is_ok());
+        for ok in ["1.0", "1.0.0", "1.0.7", " 1.0 ", ""] {
+            assert!(check_version(&with_version(ok)).is_ok(), "{ok:?}");
+        }
+        for bad in ["0.3", "1.1", "2.0", "1", "1.0.x", "one", "1.0.0.0"] {
+            let err = check_version(&with_version(bad)).unwrap_err();
+            assert_eq!(err.reason(), "VERSION_NOT_SUPPORTED", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn extensions_are_comma_separated_and_may_repeat() {
+        let mut m = MetadataMap::new();
+        m.append(EXTENSIONS_METADATA, "urn:a, urn:b".parse().unwrap());
+        m.append(EXTENSIONS_METADATA, "urn:c".parse().unwrap());
+        let declared = declared_extensions(&m);
+        assert_eq!(declared.len(), 3);
+        assert!(declared.contains("urn:b") && declared.contains("urn:c"));
+    }
+}
