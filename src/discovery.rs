@@ -257,9 +257,15 @@ impl Cards {
             return (StatusCode::NOT_MODIFIED, headers).into_response();
         }
         let mut response = (headers, Body::from(published.body.clone())).into_response();
-        response.headers_mut().insert(
+        let out = response.headers_mut();
+        out.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
+        );
+        // Cards are public: browser-based inspectors may read them.
+        out.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
         );
         response
     }

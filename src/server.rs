@@ -11,9 +11,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::Routes;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 
 use crate::agent::AgentRouter;
 use crate::discovery::{Cards, DiscoveryConfig};
@@ -102,6 +102,10 @@ pub async fn serve_manager_with(
         token.cancel();
     };
     tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC and agent cards");
+    // TCP_NODELAY on every accepted connection: with Nagle's algorithm a
+    // small response written in two parts (headers, then body and
+    // trailers) waits for the client's delayed ACK, about 40 ms per call.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let routes = Routes::from(cards.router())
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -110,7 +114,7 @@ pub async fn serve_manager_with(
     Server::builder()
         .accept_http1(true)
         .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .serve_with_incoming_shutdown(incoming, signal)
         .await?;
     Ok(())
 }

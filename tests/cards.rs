@@ -64,6 +64,7 @@ async fn the_root_card_is_served_over_http_on_the_grpc_port() {
     let response = http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
     assert_eq!(response.status, 200, "{}", response.body);
     assert_eq!(response.header("content-type"), Some("application/json"));
+    assert_eq!(response.header("access-control-allow-origin"), Some("*"));
     // ProtoJSON: camelCase names (spec §5.5).
     assert!(response.body.contains("\"supportedInterfaces\""));
     assert!(response.body.contains("\"protocolBinding\": \"GRPC\""));

@@ -392,6 +392,7 @@ async fn demo_router_serves_the_demo_tenants() {
         tenants,
         [
             "",
+            "bench",
             "code-reviewer",
             "conformance",
             "deployer",

@@ -3,16 +3,18 @@
 //!
 //! | tenant | agent |
 //! | --- | --- |
-//! | `""` (none) | the default agent: test-runner, or conformance with `serve --default-agent conformance` |
+//! | `""` (none) | the default agent: test-runner, or the one `serve --default-agent` names |
 //! | `test-runner` | [`TestRunner`] |
 //! | `code-reviewer` | [`CodeReviewer`] |
 //! | `deployer` | [`Deployer`] |
 //! | `conformance` | [`Conformance`] |
+//! | `bench` | [`Bench`], for the load generator |
 //!
 //! They are deterministic and fast so that every lifecycle flow (blocking,
 //! polling, streaming, input-required, auth-required, rejected, failed,
 //! canceled, direct reply) can be driven and tested against a real server.
 
+mod bench;
 mod code_reviewer;
 mod conformance;
 mod deployer;
@@ -20,6 +22,7 @@ mod test_runner;
 
 use std::sync::Arc;
 
+pub use bench::{Bench, Fanout};
 pub use code_reviewer::CodeReviewer;
 pub use conformance::Conformance;
 pub use deployer::Deployer;
@@ -34,6 +37,8 @@ pub enum DefaultAgent {
     TestRunner,
     /// For the A2A TCK, which never sets `tenant`.
     Conformance,
+    /// For the load generator `a2a-bench`.
+    Bench,
 }
 
 /// The router `serve` uses by default: every demo agent, test-runner as
@@ -50,6 +55,7 @@ pub fn demo_router_with(deployer: Deployer, default: DefaultAgent) -> AgentRoute
     let default_agent: Arc<dyn AgentExecutor> = match default {
         DefaultAgent::TestRunner => test_runner.clone(),
         DefaultAgent::Conformance => conformance.clone(),
+        DefaultAgent::Bench => Arc::new(Bench),
     };
     AgentRouter::new()
         .with("", default_agent)
@@ -57,4 +63,5 @@ pub fn demo_router_with(deployer: Deployer, default: DefaultAgent) -> AgentRoute
         .with("code-reviewer", Arc::new(CodeReviewer))
         .with("deployer", Arc::new(deployer))
         .with("conformance", conformance)
+        .with("bench", Arc::new(Bench))
 }

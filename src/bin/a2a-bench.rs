@@ -1,0 +1,906 @@
+//! `a2a-bench`: a load generator that speaks only the A2A gRPC API, so it
+//! can be pointed at any A2A server, and the suite that measures this
+//! server against a bare tonic server of the same proto (`a2a-bare`).
+//!
+//! `run` drives one workload against one server: a closed loop of
+//! `--concurrency` requests in flight over `--connections` HTTP/2
+//! connections, for `--duration` after `--warmup`. It reports throughput,
+//! p50/p99 latency (an HDR histogram) and, given `--server-pid`, the
+//! server's CPU time per request and peak RSS from `/proc/PID`, as a table
+//! and as one JSON line.
+//!
+//! `suite` starts both servers itself (pinned to other cores than the
+//! generator with `taskset` where the machine has them), runs every
+//! workload against each alternately, round after round (a ratio measured
+//! in one run holds on a noisy machine; an absolute figure does not), and
+//! prints each figure as a ratio to the bare server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hdrhistogram::Histogram;
+use tokio::sync::Mutex;
+use tonic::transport::Channel;
+
+use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+use a2a_lifecycle::proto::{
+    GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
+    SubscribeToTaskRequest, TaskState, part::Content, send_message_response,
+    stream_response::Payload,
+};
+
+type Client = A2aServiceClient<Channel>;
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Tasks created before a GetTask run, read round robin.
+const GET_TASKS: usize = 1000;
+/// How long fan-out subscribers get to attach before the updates start.
+const FANOUT_WAIT_MS: u64 = 500;
+/// Stored tasks of the create-many workload.
+const CREATE_MANY_TASKS: u64 = 100_000;
+
+#[derive(Parser)]
+#[command(about = "A2A gRPC load generator and benchmark suite")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One workload against one A2A server.
+    Run(RunArgs),
+    /// This server against the bare tonic server, every workload, as ratios.
+    Suite(SuiteArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Workload {
+    /// Non-blocking SendMessage (task creation).
+    Send,
+    /// Blocking SendMessage; the agent completes at once.
+    SendBlocking,
+    /// GetTask on existing ids.
+    Get,
+    /// SendStreamingMessage read to its end.
+    Stream,
+    /// N SubscribeToTask subscribers of one task while it emits K updates.
+    Fanout,
+    /// Blocking sends of many small tasks: server RSS growth per task.
+    CreateMany,
+}
+
+#[derive(Args, Clone)]
+struct Load {
+    /// Requests in flight.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// HTTP/2 connections the requests share.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Measured time per run.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Unmeasured time before it.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// The tenant to address (the bench agent, or another server's agent).
+    #[arg(long, default_value = "")]
+    tenant: String,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    target: String,
+    #[arg(long, value_enum)]
+    workload: Workload,
+    #[command(flatten)]
+    load: Load,
+    /// The server's process id: CPU time per request and peak RSS.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Fan-out subscribers (N).
+    #[arg(long, default_value_t = 64)]
+    subscribers: usize,
+    /// Fan-out updates (K).
+    #[arg(long, default_value_t = 200)]
+    updates: u32,
+    /// Create-many: tasks to create.
+    #[arg(long, default_value_t = CREATE_MANY_TASKS)]
+    tasks: u64,
+}
+
+#[derive(Args)]
+struct SuiteArgs {
+    #[command(flatten)]
+    load: Load,
+    /// Rounds; each runs every workload on both servers.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Skip the SQLite-against-memory comparison.
+    #[arg(long)]
+    no_sqlite: bool,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+struct Outcome {
+    requests: u64,
+    /// Stream events received (stream, fan-out).
+    events: u64,
+    /// Fan-out subscriptions that ended early, failed or saw a gap.
+    lost: u64,
+    subscriptions: u64,
+    elapsed: Duration,
+    p50_us: u64,
+    p99_us: u64,
+    /// Server CPU seconds in the measured window.
+    cpu_s: Option<f64>,
+    peak_rss: Option<u64>,
+    /// create-many: server RSS growth per created task.
+    bytes_per_task: Option<f64>,
+}
+
+impl Outcome {
+    fn rate(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+    fn cpu_us_per_request(&self) -> Option<f64> {
+        self.cpu_s
+            .filter(|_| self.requests > 0)
+            .map(|s| s * 1e6 / self.requests as f64)
+    }
+    fn cpu_us_per_event(&self) -> Option<f64> {
+        self.cpu_s
+            .filter(|_| self.events > 0)
+            .map(|s| s * 1e6 / self.events as f64)
+    }
+}
+
+// ---------------------------------------------------------------- /proc
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// User + system CPU seconds of a process, from `/proc/PID/stat`.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces: state is 3rd.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / clock_ticks())
+}
+
+/// A `/proc/PID/status` figure in bytes (`VmHWM`, `VmRSS`).
+fn status_bytes(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+// ------------------------------------------------------------ requests
+
+fn message(text: &str) -> Message {
+    Message {
+        message_id: uuid::Uuid::new_v4().to_string(),
+        role: Role::User as i32,
+        parts: vec![Part {
+            content: Some(Content::Text(text.into())),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn send_request(tenant: &str, text: &str, return_immediately: bool) -> SendMessageRequest {
+    SendMessageRequest {
+        tenant: tenant.into(),
+        message: Some(message(text)),
+        configuration: Some(SendMessageConfiguration {
+            return_immediately,
+            ..Default::default()
+        }),
+        metadata: None,
+    }
+}
+
+async fn connect(target: &str, connections: usize) -> Result<Vec<Client>, AnyError> {
+    let mut clients = Vec::new();
+    for _ in 0..connections.max(1) {
+        let channel = Channel::from_shared(target.to_string())?.connect().await?;
+        clients.push(A2aServiceClient::new(channel));
+    }
+    Ok(clients)
+}
+
+async fn task_id_of(client: &mut Client, request: SendMessageRequest) -> Result<String, AnyError> {
+    match client.send_message(request).await?.into_inner().payload {
+        Some(send_message_response::Payload::Task(task)) => Ok(task.id),
+        other => Err(format!("expected a task, got {other:?}").into()),
+    }
+}
+
+// ------------------------------------------------------------ workloads
+
+/// A closed loop of `op` calls; `op` returns the stream events it read.
+async fn closed_loop<F, Fut>(
+    clients: &[Client],
+    load: &Load,
+    server_pid: Option<u32>,
+    op: F,
+) -> Result<Outcome, AnyError>
+where
+    F: Fn(Client, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<u64, tonic::Status>> + Send,
+{
+    let op = Arc::new(op);
+    let counting = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let events = Arc::new(AtomicU64::new(0));
+    let hist = Arc::new(Mutex::new(latency_histogram()));
+    let mut workers = Vec::new();
+    for i in 0..load.concurrency {
+        let client = clients[i % clients.len()].clone();
+        let (op, counting, stop, done, events, hist) = (
+            op.clone(),
+            counting.clone(),
+            stop.clone(),
+            done.clone(),
+            events.clone(),
+            hist.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut local = latency_histogram();
+            let mut n = i as u64;
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                let got = op(client.clone(), n).await?;
+                n += load_stride();
+                if counting.load(Ordering::Relaxed) {
+                    local.saturating_record(start.elapsed().as_micros() as u64);
+                    done.fetch_add(1, Ordering::Relaxed);
+                    events.fetch_add(got, Ordering::Relaxed);
+                }
+            }
+            hist.lock()
+                .await
+                .add(&local)
+                .expect("same histogram bounds");
+            Ok::<(), tonic::Status>(())
+        }));
+    }
+    tokio::time::sleep(load.warmup).await;
+    let cpu_before = server_pid.and_then(cpu_seconds);
+    counting.store(true, Ordering::Relaxed);
+    let start = Instant::now();
+    tokio::time::sleep(load.duration).await;
+    counting.store(false, Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    let cpu_after = server_pid.and_then(cpu_seconds);
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await??;
+    }
+    let hist = hist.lock().await;
+    Ok(Outcome {
+        requests: done.load(Ordering::Relaxed),
+        events: events.load(Ordering::Relaxed),
+        elapsed,
+        p50_us: hist.value_at_quantile(0.50),
+        p99_us: hist.value_at_quantile(0.99),
+        cpu_s: cpu_before.zip(cpu_after).map(|(a, b)| b - a),
+        peak_rss: server_pid.and_then(|p| status_bytes(p, "VmHWM")),
+        ..Default::default()
+    })
+}
+
+/// Latencies in µs, 1 µs to 60 s, 3 significant digits.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
+}
+
+/// Workers step their counters by a large odd number so that concurrent
+/// workers read different GetTask ids.
+fn load_stride() -> u64 {
+    7919
+}
+
+async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
+    let clients = connect(&args.target, args.load.connections).await?;
+    let tenant = args.load.tenant.clone();
+    let pid = args.server_pid;
+    match args.workload {
+        Workload::Send | Workload::SendBlocking => {
+            let immediately = args.workload == Workload::Send;
+            closed_loop(&clients, &args.load, pid, move |mut c, _| {
+                let req = send_request(&tenant, "go", immediately);
+                async move { c.send_message(req).await.map(|_| 0) }
+            })
+            .await
+        }
+        Workload::Get => {
+            let mut ids = Vec::with_capacity(GET_TASKS);
+            let mut c = clients[0].clone();
+            for _ in 0..GET_TASKS {
+                ids.push(task_id_of(&mut c, send_request(&tenant, "go", false)).await?);
+            }
+            let ids = Arc::new(ids);
+            closed_loop(&clients, &args.load, pid, move |mut c, n| {
+                let req = GetTaskRequest {
+                    tenant: tenant.clone(),
+                    id: ids[n as usize % ids.len()].clone(),
+                    history_length: None,
+                };
+                async move { c.get_task(req).await.map(|_| 0) }
+            })
+            .await
+        }
+        Workload::Stream => {
+            closed_loop(&clients, &args.load, pid, move |mut c, _| {
+                let req = send_request(&tenant, "go", false);
+                async move {
+                    let mut stream = c.send_streaming_message(req).await?.into_inner();
+                    let mut n = 0;
+                    while stream.message().await?.is_some() {
+                        n += 1;
+                    }
+                    Ok(n)
+                }
+            })
+            .await
+        }
+        Workload::Fanout => fanout(&clients, &tenant, args.subscribers, args.updates, pid).await,
+        Workload::CreateMany => create_many(&clients, &args.load, args.tasks, pid).await,
+    }
+}
+
+/// The sequence number an update carries (the bench agent's and the bare
+/// server's convention), and whether the event is terminal.
+fn sequence(payload: &Payload) -> (Option<u32>, bool) {
+    match payload {
+        Payload::StatusUpdate(u) => {
+            let status = u.status.as_ref();
+            let state = status.map(|s| s.state).unwrap_or_default();
+            let terminal = TaskState::try_from(state)
+                .map(|s| {
+                    matches!(
+                        s,
+                        TaskState::Completed
+                            | TaskState::Failed
+                            | TaskState::Canceled
+                            | TaskState::Rejected
+                    )
+                })
+                .unwrap_or(false);
+            let n = status
+                .and_then(|s| s.message.as_ref())
+                .and_then(|m| m.parts.first())
+                .and_then(|p| match &p.content {
+                    Some(Content::Text(t)) => t.parse().ok(),
+                    _ => None,
+                });
+            (n, terminal)
+        }
+        Payload::ArtifactUpdate(u) => {
+            let n = u
+                .artifact
+                .as_ref()
+                .and_then(|a| a.parts.first())
+                .and_then(|p| match &p.content {
+                    Some(Content::Text(t)) => t.parse().ok(),
+                    _ => None,
+                });
+            (n, false)
+        }
+        _ => (None, false),
+    }
+}
+
+/// N subscribers of one task that emits K numbered updates: every
+/// subscriber must see 1..=K in order and the terminal event.
+async fn fanout(
+    clients: &[Client],
+    tenant: &str,
+    subscribers: usize,
+    updates: u32,
+    pid: Option<u32>,
+) -> Result<Outcome, AnyError> {
+    let mut c = clients[0].clone();
+    let text = format!("fanout:{updates}:{FANOUT_WAIT_MS}:0");
+    let id = task_id_of(&mut c, send_request(tenant, &text, true)).await?;
+    let cpu_before = pid.and_then(cpu_seconds);
+    let first_event: Arc<std::sync::Mutex<Option<Instant>>> = Default::default();
+    let mut handles = Vec::new();
+    for i in 0..subscribers {
+        let mut client = clients[i % clients.len()].clone();
+        let req = SubscribeToTaskRequest {
+            tenant: tenant.into(),
+            id: id.clone(),
+        };
+        let first_event = first_event.clone();
+        handles.push(tokio::spawn(async move {
+            let mut stream = match client.subscribe_to_task(req).await {
+                Ok(s) => s.into_inner(),
+                Err(_) => return (0u64, false),
+            };
+            let (mut next, mut received) = (1u32, 0u64);
+            loop {
+                match stream.message().await {
+                    Ok(Some(event)) => {
+                        let Some(payload) = event.payload else {
+                            continue;
+                        };
+                        let (n, terminal) = sequence(&payload);
+                        if let Some(n) = n {
+                            if n == 1 {
+                                let mut f = first_event.lock().unwrap();
+                                f.get_or_insert_with(Instant::now);
+                            }
+                            if n != next {
+                                return (received, false);
+                            }
+                            next += 1;
+                            received += 1;
+                        }
+                        if terminal {
+                            return (received, next == updates + 1);
+                        }
+                    }
+                    _ => return (received, false),
+                }
+            }
+        }));
+    }
+    let mut events = 0;
+    let mut lost = 0;
+    for h in handles {
+        let (received, complete) = h.await?;
+        events += received;
+        if !complete {
+            lost += 1;
+        }
+    }
+    let end = Instant::now();
+    let cpu_after = pid.and_then(cpu_seconds);
+    let start = first_event.lock().unwrap().unwrap_or(end);
+    Ok(Outcome {
+        requests: 1,
+        events,
+        lost,
+        subscriptions: subscribers as u64,
+        elapsed: end.duration_since(start).max(Duration::from_micros(1)),
+        // The window includes the subscribers' wait; the suite compares
+        // events/s, which does not.
+        cpu_s: cpu_before.zip(cpu_after).map(|(a, b)| b - a),
+        peak_rss: pid.and_then(|p| status_bytes(p, "VmHWM")),
+        ..Default::default()
+    })
+}
+
+/// Blocking sends of `tasks` small tasks; RSS growth per task.
+async fn create_many(
+    clients: &[Client],
+    load: &Load,
+    tasks: u64,
+    pid: Option<u32>,
+) -> Result<Outcome, AnyError> {
+    let rss_before = pid.and_then(|p| status_bytes(p, "VmRSS"));
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for i in 0..load.concurrency {
+        let mut client = clients[i % clients.len()].clone();
+        let next = next.clone();
+        let tenant = load.tenant.clone();
+        workers.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < tasks {
+                client
+                    .send_message(send_request(&tenant, "go", false))
+                    .await?;
+            }
+            Ok::<(), tonic::Status>(())
+        }));
+    }
+    for w in workers {
+        w.await??;
+    }
+    let elapsed = start.elapsed();
+    let rss_after = pid.and_then(|p| status_bytes(p, "VmRSS"));
+    Ok(Outcome {
+        requests: tasks,
+        elapsed,
+        bytes_per_task: rss_before
+            .zip(rss_after)
+            .map(|(a, b)| (b as f64 - a as f64) / tasks as f64),
+        peak_rss: pid.and_then(|p| status_bytes(p, "VmHWM")),
+        ..Default::default()
+    })
+}
+
+fn outcome_json(workload: &str, o: &Outcome) -> String {
+    let opt = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or("null".into());
+    format!(
+        "{{\"workload\":\"{workload}\",\"requests\":{},\"events\":{},\"lost\":{},\"elapsed_s\":{:.3},\"rps\":{:.1},\"p50_us\":{},\"p99_us\":{},\"cpu_us_per_request\":{},\"cpu_us_per_event\":{},\"peak_rss\":{},\"bytes_per_task\":{}}}",
+        o.requests,
+        o.events,
+        o.lost,
+        o.elapsed.as_secs_f64(),
+        o.rate(),
+        o.p50_us,
+        o.p99_us,
+        opt(o.cpu_us_per_request()),
+        opt(o.cpu_us_per_event()),
+        o.peak_rss.map(|v| v.to_string()).unwrap_or("null".into()),
+        opt(o.bytes_per_task),
+    )
+}
+
+// ---------------------------------------------------------------- suite
+
+/// A server process the suite started and owns.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Cores for the servers and for the generator, when there are at least two.
+fn cpu_split() -> Option<(String, String)> {
+    let n = std::thread::available_parallelism().ok()?.get();
+    let has_taskset = Command::new("taskset").arg("-V").output().is_ok();
+    if n < 2 || !has_taskset {
+        return None;
+    }
+    let half = n / 2;
+    Some((format!("0-{}", half - 1), format!("{half}-{}", n - 1)))
+}
+
+fn sibling(name: &str) -> PathBuf {
+    let me = std::env::current_exe().expect("own path");
+    me.parent().unwrap_or(Path::new(".")).join(name)
+}
+
+fn spawn_server(program: &Path, args: &[&str], cpus: Option<&str>) -> Result<Server, AnyError> {
+    use std::io::{BufRead, BufReader};
+    let mut command = match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    };
+    let mut child = command
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .ok_or_else(|| format!("{} exited before listening", program.display()))??;
+        if let Some(rest) = line.split("addr=").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Ok(Server {
+        child,
+        url: format!("http://{addr}"),
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+struct Row {
+    name: String,
+    bare: f64,
+    ours: f64,
+    unit: &'static str,
+    ratio: f64,
+    target: String,
+    ok: bool,
+    extra: String,
+}
+
+async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), AnyError> {
+    let server_cpus = split.as_ref().map(|(s, _)| s.as_str());
+    let main_bin = sibling("a2a-lifecycle");
+    let bare_bin = sibling("a2a-bare");
+    let ours_args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "memory",
+        "--default-agent",
+        "bench",
+    ];
+    let bare = spawn_server(&bare_bin, &["--listen", "127.0.0.1:0"], server_cpus)?;
+    let ours = spawn_server(&main_bin, &ours_args, server_cpus)?;
+    eprintln!(
+        "suite: {} rounds of {:?} per run after {:?} warm-up, C={} over {} connections, servers on CPUs {}",
+        args.rounds,
+        args.load.duration,
+        args.load.warmup,
+        args.load.concurrency,
+        args.load.connections,
+        server_cpus.unwrap_or("(not pinned)")
+    );
+    let run = |server: &Server, workload: Workload| RunArgs {
+        target: server.url.clone(),
+        workload,
+        load: args.load.clone(),
+        server_pid: Some(server.pid()),
+        subscribers: 0,
+        updates: 0,
+        tasks: 0,
+    };
+    let mut rows = Vec::new();
+    let mut json = Vec::new();
+    for (workload, name, target) in [
+        (Workload::Get, "GetTask", 1.10),
+        (Workload::Send, "SendMessage (non-blocking)", 1.30),
+        (Workload::SendBlocking, "SendMessage (blocking)", 1.30),
+        (Workload::Stream, "SendStreamingMessage", 1.30),
+    ] {
+        let (mut b, mut o, mut r) = (vec![], vec![], vec![]);
+        let (mut last_b, mut last_o) = (Outcome::default(), Outcome::default());
+        for round in 1..=args.rounds {
+            let ob = run_workload(&run(&bare, workload)).await?;
+            let oo = run_workload(&run(&ours, workload)).await?;
+            let (cb, co) = (ob.cpu_us_per_request(), oo.cpu_us_per_request());
+            eprintln!(
+                "round {round} {name}: bare {:.0} req/s {:.1} µs CPU/req; ours {:.0} req/s {:.1} µs CPU/req",
+                ob.rate(),
+                cb.unwrap_or(f64::NAN),
+                oo.rate(),
+                co.unwrap_or(f64::NAN)
+            );
+            let (cb, co) = (cb.unwrap_or(f64::NAN), co.unwrap_or(f64::NAN));
+            b.push(cb);
+            o.push(co);
+            r.push(co / cb);
+            (last_b, last_o) = (ob, oo);
+        }
+        let ratio = median(r);
+        json.push(format!(
+            "{{\"name\":\"{name}\",\"ratio\":{ratio:.3},\"bare\":{},\"ours\":{}}}",
+            outcome_json("bare", &last_b),
+            outcome_json("ours", &last_o)
+        ));
+        rows.push(Row {
+            name: name.into(),
+            bare: median(b),
+            ours: median(o),
+            unit: "µs CPU/req",
+            ratio,
+            target: format!("<= {target:.2}"),
+            ok: ratio <= target,
+            extra: format!(
+                "ours {:.0} req/s, p50 {} µs, p99 {} µs",
+                last_o.rate(),
+                last_o.p50_us,
+                last_o.p99_us
+            ),
+        });
+    }
+
+    for n in [1usize, 64, 256] {
+        let (mut rates_b, mut rates_o, mut r) = (vec![], vec![], vec![]);
+        let (mut lost, mut subs) = (0, 0);
+        for _ in 1..=args.rounds {
+            let mut rb = run(&bare, Workload::Fanout);
+            rb.subscribers = n;
+            rb.updates = 200;
+            let mut ro = run(&ours, Workload::Fanout);
+            ro.subscribers = n;
+            ro.updates = 200;
+            let ob = run_workload(&rb).await?;
+            let oo = run_workload(&ro).await?;
+            let eb = ob.events as f64 / ob.elapsed.as_secs_f64();
+            let eo = oo.events as f64 / oo.elapsed.as_secs_f64();
+            eprintln!(
+                "fan-out N={n}: bare {eb:.0} events/s, lost {}; ours {eo:.0} events/s, lost {}",
+                ob.lost, oo.lost
+            );
+            lost += oo.lost;
+            subs += oo.subscriptions;
+            rates_b.push(eb);
+            rates_o.push(eo);
+            r.push(eo / eb);
+        }
+        let ratio = median(r);
+        rows.push(Row {
+            name: format!("fan-out N={n}, K=200"),
+            bare: median(rates_b),
+            ours: median(rates_o),
+            unit: "events/s",
+            ratio,
+            target: ">= 0.70, none lost".into(),
+            ok: ratio >= 0.70 && lost == 0,
+            extra: format!("lost {lost} of {subs} subscriptions"),
+        });
+        json.push(format!(
+            "{{\"name\":\"fanout\",\"subscribers\":{n},\"updates\":200,\"ratio\":{ratio:.3},\"lost\":{lost},\"subscriptions\":{subs}}}"
+        ));
+    }
+    drop(ours);
+
+    // RSS per stored task: a fresh server, so earlier runs do not count.
+    let fresh = spawn_server(&main_bin, &ours_args, server_cpus)?;
+    let mut rc = run(&fresh, Workload::CreateMany);
+    rc.tasks = CREATE_MANY_TASKS;
+    let created = run_workload(&rc).await?;
+    let per_task = created.bytes_per_task.unwrap_or(f64::NAN);
+    rows.push(Row {
+        name: format!("memory per stored task ({CREATE_MANY_TASKS} tasks)"),
+        bare: f64::NAN,
+        ours: per_task,
+        unit: "bytes RSS/task",
+        ratio: f64::NAN,
+        target: "<= 800 B".into(),
+        ok: per_task <= 800.0,
+        extra: format!("{:.0} tasks/s", created.rate()),
+    });
+    json.push(format!(
+        "{{\"name\":\"create_many\",\"tasks\":{CREATE_MANY_TASKS},\"bytes_per_task\":{per_task:.1}}}"
+    ));
+    drop(fresh);
+
+    if !args.no_sqlite {
+        let dir = std::env::temp_dir().join(format!("a2a-bench-{}", uuid::Uuid::new_v4()));
+        let store = format!("sqlite:{}", dir.join("tasks.db").display());
+        let mem = spawn_server(&main_bin, &ours_args, server_cpus)?;
+        let sqlite_args = [
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--default-agent",
+            "bench",
+        ];
+        let sql = spawn_server(&main_bin, &sqlite_args, server_cpus)?;
+        let (mut r, mut m, mut s) = (vec![], vec![], vec![]);
+        for round in 1..=args.rounds {
+            let om = run_workload(&run(&mem, Workload::Send)).await?;
+            let os = run_workload(&run(&sql, Workload::Send)).await?;
+            eprintln!(
+                "round {round} SQLite: memory {:.0} req/s, sqlite {:.0} req/s",
+                om.rate(),
+                os.rate()
+            );
+            m.push(om.rate());
+            s.push(os.rate());
+            r.push(os.rate() / om.rate());
+        }
+        let ratio = median(r);
+        rows.push(Row {
+            name: "SQLite store, non-blocking send".into(),
+            bare: median(m),
+            ours: median(s),
+            unit: "req/s (memory vs SQLite)",
+            ratio,
+            target: ">= 0.50 of memory".into(),
+            ok: ratio >= 0.5,
+            extra: String::new(),
+        });
+        json.push(format!("{{\"name\":\"sqlite_send\",\"ratio\":{ratio:.3}}}"));
+        drop(sql);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    println!("| workload | bare | a2a-lifecycle | unit | ratio | target | met | notes |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for row in &rows {
+        println!(
+            "| {} | {:.1} | {:.1} | {} | {:.2} | {} | {} | {} |",
+            row.name,
+            row.bare,
+            row.ours,
+            row.unit,
+            row.ratio,
+            row.target,
+            if row.ok { "yes" } else { "no" },
+            row.extra
+        );
+    }
+    println!("{{\"suite\":[{}]}}", json.join(","));
+    Ok(())
+}
+
+fn main() -> Result<(), AnyError> {
+    let cli = Cli::parse();
+    // Pin the generator before the runtime starts its threads (they
+    // inherit the affinity); the servers get the other cores.
+    let split = match &cli.command {
+        Cmd::Suite(_) => cpu_split(),
+        Cmd::Run(_) => None,
+    };
+    if let Some((_, generator)) = &split {
+        let _ = Command::new("taskset")
+            .args(["-p", "-c", generator, &std::process::id().to_string()])
+            .stdout(Stdio::null())
+            .status();
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match cli.command {
+            Cmd::Run(args) => {
+                let outcome = run_workload(&args).await?;
+                let name = format!("{:?}", args.workload).to_lowercase();
+                println!("| workload | requests | req/s | events | lost | p50 µs | p99 µs | server CPU µs/req | peak RSS |");
+                println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+                println!(
+                    "| {name} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
+                    outcome.requests,
+                    outcome.rate(),
+                    outcome.events,
+                    outcome.lost,
+                    outcome.p50_us,
+                    outcome.p99_us,
+                    outcome
+                        .cpu_us_per_request()
+                        .map(|v| format!("{v:.1}"))
+                        .unwrap_or("-".into()),
+                    outcome
+                        .peak_rss
+                        .map(|v| format!("{:.1} MiB", v as f64 / 1048576.0))
+                        .unwrap_or("-".into()),
+                );
+                println!("{}", outcome_json(&name, &outcome));
+                Ok(())
+            }
+            Cmd::Suite(args) => suite(&args, split).await,
+        }
+    })
+}
