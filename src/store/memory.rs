@@ -1,10 +1,17 @@
 //! The in-memory [`TaskStore`]: for tests, benchmarks and throwaway runs.
 //!
 //! A `std::sync::RwLock` guards the map because no critical section awaits
-//! and each is short (a clone or an index update); an async lock would cost
-//! more for nothing. Each tenant keeps its tasks by id plus an ordered index
-//! on (status timestamp descending, id) so ListTasks pages walk the index
-//! from the cursor instead of sorting.
+//! and each is short (an encode, a decode or an index update); an async
+//! lock would cost more for nothing. Each tenant keeps its tasks by id plus
+//! an ordered index on (status timestamp descending, id) so ListTasks pages
+//! walk the index from the cursor instead of sorting.
+//!
+//! A task is kept encoded (the SQL backends' protobuf form, [`codec`]), with
+//! beside it only what lookups and filters read (state, context, status
+//! time). The decoded proto types are several times larger than their
+//! encoding, and a store of many finished tasks is mostly that encoding:
+//! encoded, a small completed task costs a few hundred bytes instead of
+//! about two kilobytes. Ids are shared (`Arc<str>`) between the maps.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -14,21 +21,52 @@ use std::sync::RwLock;
 use async_trait::async_trait;
 use prost_types::Timestamp;
 
-use super::{
-    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, origin_message_id,
-    status_key, time_key,
-};
-use crate::lifecycle::TaskRecord;
-use crate::lifecycle::history::task_view;
+use std::sync::Arc;
 
-type OrderKey = (Reverse<TimeKey>, String);
+use super::{
+    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, codec,
+    origin_message_id, status_key, time_key,
+};
+use crate::lifecycle::history::task_view;
+use crate::lifecycle::{TaskRecord, state_from_i32};
+
+type OrderKey = (Reverse<TimeKey>, Arc<str>);
+
+/// One stored task.
+struct Entry {
+    /// The record, encoded by [`codec::encode`].
+    record: Box<[u8]>,
+    version: u64,
+    state: i32,
+    status: TimeKey,
+    context_id: Box<str>,
+}
+
+impl Entry {
+    fn new(record: &TaskRecord, version: u64) -> Self {
+        Entry {
+            record: codec::encode(record).into_boxed_slice(),
+            version,
+            state: record.state() as i32,
+            status: status_key(&record.task),
+            context_id: record.task.context_id.as_str().into(),
+        }
+    }
+
+    fn stored(&self) -> Result<StoredTask, StoreError> {
+        Ok(StoredTask {
+            record: codec::decode(&self.record)?,
+            version: self.version,
+        })
+    }
+}
 
 #[derive(Default)]
 struct TenantTasks {
-    by_id: HashMap<String, StoredTask>,
+    by_id: HashMap<Arc<str>, Entry>,
     order: BTreeSet<OrderKey>,
     /// Creating message id -> task id (idempotent sends).
-    by_origin: HashMap<String, String>,
+    by_origin: HashMap<Box<str>, Arc<str>>,
 }
 
 /// Tasks in process memory; lost on exit.
@@ -43,10 +81,6 @@ impl MemoryStore {
     }
 }
 
-fn order_key(record: &TaskRecord) -> OrderKey {
-    (Reverse(status_key(&record.task)), record.task.id.clone())
-}
-
 fn poisoned<T>(_: T) -> StoreError {
     StoreError::Internal("memory store lock poisoned".into())
 }
@@ -54,38 +88,36 @@ fn poisoned<T>(_: T) -> StoreError {
 #[async_trait]
 impl TaskStore for MemoryStore {
     async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
+        // Encode before taking the lock.
+        let entry = Entry::new(record, 1);
+        let origin = origin_message_id(record);
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let tasks = tenants.entry(tenant.to_owned()).or_default();
-        let id = &record.task.id;
+        let id: &str = &record.task.id;
         if tasks.by_id.contains_key(id) {
-            return Err(StoreError::AlreadyExists(id.clone()));
+            return Err(StoreError::AlreadyExists(id.to_owned()));
         }
-        let origin = origin_message_id(record);
+        let id: Arc<str> = id.into();
         if !origin.is_empty() {
             if let Some(existing) = tasks.by_origin.get(origin) {
                 return Err(StoreError::DuplicateMessage {
-                    task_id: existing.clone(),
+                    task_id: existing.to_string(),
                 });
             }
-            tasks.by_origin.insert(origin.to_owned(), id.clone());
+            tasks.by_origin.insert(origin.into(), id.clone());
         }
-        tasks.order.insert(order_key(record));
-        tasks.by_id.insert(
-            id.clone(),
-            StoredTask {
-                record: record.clone(),
-                version: 1,
-            },
-        );
+        tasks.order.insert((Reverse(entry.status), id.clone()));
+        tasks.by_id.insert(id, entry);
         Ok(1)
     }
 
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         let tenants = self.tenants.read().map_err(poisoned)?;
-        Ok(tenants
+        tenants
             .get(tenant)
             .and_then(|t| t.by_id.get(task_id))
-            .cloned())
+            .map(Entry::stored)
+            .transpose()
     }
 
     async fn find_by_origin(
@@ -94,10 +126,11 @@ impl TaskStore for MemoryStore {
         message_id: &str,
     ) -> Result<Option<StoredTask>, StoreError> {
         let tenants = self.tenants.read().map_err(poisoned)?;
-        Ok(tenants.get(tenant).and_then(|t| {
-            let id = t.by_origin.get(message_id)?;
-            t.by_id.get(id).cloned()
-        }))
+        tenants
+            .get(tenant)
+            .and_then(|t| t.by_id.get(t.by_origin.get(message_id)?))
+            .map(Entry::stored)
+            .transpose()
     }
 
     async fn update(
@@ -106,15 +139,17 @@ impl TaskStore for MemoryStore {
         record: &TaskRecord,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
+        let mut entry = Entry::new(record, 0);
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let id = &record.task.id;
         let tasks = tenants
             .get_mut(tenant)
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-        let stored = tasks
-            .by_id
-            .get_mut(id)
-            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        let key = match tasks.by_id.get_key_value(id.as_str()) {
+            Some((key, _)) => key.clone(),
+            None => return Err(StoreError::NotFound(id.clone())),
+        };
+        let stored = tasks.by_id.get_mut(&key).expect("key just found");
         if stored.version != expected_version {
             return Err(StoreError::Conflict {
                 id: id.clone(),
@@ -122,14 +157,13 @@ impl TaskStore for MemoryStore {
                 actual: stored.version,
             });
         }
-        let old_key = order_key(&stored.record);
-        let new_key = order_key(record);
-        stored.record = record.clone();
-        stored.version += 1;
+        entry.version = stored.version + 1;
+        let (old, new) = (stored.status, entry.status);
+        *stored = entry;
         let version = stored.version;
-        if old_key != new_key {
-            tasks.order.remove(&old_key);
-            tasks.order.insert(new_key);
+        if old != new {
+            tasks.order.remove(&(Reverse(old), key.clone()));
+            tasks.order.insert((Reverse(new), key));
         }
         Ok(version)
     }
@@ -140,17 +174,14 @@ impl TaskStore for MemoryStore {
             return Ok(TaskPage::default());
         };
         let after = query.status_after.as_ref().map(time_key);
-        let matches = |key: &OrderKey| -> Option<&StoredTask> {
-            let stored = tasks.by_id.get(&key.1)?;
-            let task = &stored.record.task;
-            let state_ok = query
-                .state
-                .is_none_or(|s| task.status.as_ref().is_some_and(|st| st.state == s as i32));
+        let matches = |key: &OrderKey| -> Option<&Entry> {
+            let entry = tasks.by_id.get(&key.1)?;
+            let state_ok = query.state.is_none_or(|s| entry.state == s as i32);
             let context_ok = query
                 .context_id
                 .as_deref()
-                .is_none_or(|c| task.context_id == c);
-            (state_ok && context_ok).then_some(stored)
+                .is_none_or(|c| &*entry.context_id == c);
+            (state_ok && context_ok).then_some(entry)
         };
         // The index is sorted newest first, so the timestamp filter is a
         // prefix of it.
@@ -164,33 +195,41 @@ impl TaskStore for MemoryStore {
             .count();
 
         let start = match &query.cursor {
-            Some(c) => Bound::Excluded((Reverse(c.status), c.task_id.clone())),
+            Some(c) => Bound::Excluded((Reverse(c.status), Arc::from(c.task_id.as_str()))),
             None => Bound::Unbounded,
         };
         let page_size = query.effective_page_size();
-        let mut page: Vec<&StoredTask> = Vec::with_capacity(page_size.min(total_size));
+        let mut page: Vec<&OrderKey> = Vec::with_capacity(page_size.min(total_size));
         let mut next = None;
         for key in tasks
             .order
             .range((start, Bound::Unbounded))
             .take_while(in_window)
         {
-            let Some(stored) = matches(key) else { continue };
+            if matches(key).is_none() {
+                continue;
+            }
             if page.len() == page_size {
                 let last = page.last().expect("page_size >= 1");
                 next = Some(Cursor {
-                    status: status_key(&last.record.task),
-                    task_id: last.record.task.id.clone(),
+                    status: last.0.0,
+                    task_id: last.1.to_string(),
                 });
                 break;
             }
-            page.push(stored);
+            page.push(key);
+        }
+        let mut views = Vec::with_capacity(page.len());
+        for key in page {
+            let record = codec::decode(&tasks.by_id[&key.1].record)?;
+            views.push(task_view(
+                &record.task,
+                query.history,
+                query.include_artifacts,
+            ));
         }
         Ok(TaskPage {
-            tasks: page
-                .into_iter()
-                .map(|s| task_view(&s.record.task, query.history, query.include_artifacts))
-                .collect(),
+            tasks: views,
             next,
             total_size,
         })
@@ -198,16 +237,15 @@ impl TaskStore for MemoryStore {
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         let tenants = self.tenants.read().map_err(poisoned)?;
-        Ok(tenants
-            .iter()
-            .flat_map(|(tenant, tasks)| {
-                tasks
-                    .by_id
-                    .values()
-                    .filter(|s| s.record.state().is_active())
-                    .map(move |s| (tenant.clone(), s.clone()))
-            })
-            .collect())
+        let mut active = Vec::new();
+        for (tenant, tasks) in tenants.iter() {
+            for entry in tasks.by_id.values() {
+                if state_from_i32(entry.state).is_ok_and(|s| s.is_active()) {
+                    active.push((tenant.clone(), entry.stored()?));
+                }
+            }
+        }
+        Ok(active)
     }
 
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
@@ -215,16 +253,24 @@ impl TaskStore for MemoryStore {
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let mut purged = 0;
         for tasks in tenants.values_mut() {
-            let expired: Vec<String> = tasks
+            let expired: Vec<Arc<str>> = tasks
                 .by_id
-                .values()
-                .filter(|s| s.record.state().is_terminal() && status_key(&s.record.task) < before)
-                .map(|s| s.record.task.id.clone())
+                .iter()
+                .filter(|(_, e)| {
+                    state_from_i32(e.state).is_ok_and(|s| s.is_terminal()) && e.status < before
+                })
+                .map(|(id, _)| id.clone())
                 .collect();
             for id in expired {
-                if let Some(stored) = tasks.by_id.remove(&id) {
-                    tasks.order.remove(&order_key(&stored.record));
-                    tasks.by_origin.remove(origin_message_id(&stored.record));
+                if let Some(entry) = tasks.by_id.remove(&id) {
+                    tasks.order.remove(&(Reverse(entry.status), id));
+                    // The creating message is read back from the record
+                    // (purges are rare; an index field would cost every task).
+                    let record = codec::decode(&entry.record)?;
+                    let origin = origin_message_id(&record);
+                    if !origin.is_empty() {
+                        tasks.by_origin.remove(origin);
+                    }
                     purged += 1;
                 }
             }
