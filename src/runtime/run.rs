@@ -1,12 +1,14 @@
 //! Starting and supervising executor runs.
 //!
-//! Each run is two tokio tasks: the executor itself and a supervisor that
-//! awaits it, so an executor that panics is caught by its `JoinHandle`
-//! (never unwinding into the server) and its task is FAILED by
-//! [`EventSink::finish`].
+//! Each run is one tokio task that polls the executor under
+//! `catch_unwind`, so an executor that panics never unwinds into the server
+//! and its task is FAILED by [`EventSink::finish`]. (A supervisor task
+//! awaiting a second task's `JoinHandle` would do the same at the cost of
+//! another spawn and wake-up per run.)
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};
 
 use super::sink::{EventSink, SinkInner, SinkMode};
@@ -79,10 +81,11 @@ pub(super) fn spawn(
     };
     let timeout = shared.config.task_timeout;
     tokio::spawn(async move {
-        let mut execution = tokio::spawn({
-            let sink = sink.clone();
-            async move { agent.execute(ctx, sink).await }
-        });
+        // The executor's future is polled only here; a panic in it leaves
+        // nothing half-updated that this task reads afterwards (the sink's
+        // state is behind its own locks).
+        let mut execution =
+            std::panic::AssertUnwindSafe(agent.execute(ctx, sink.clone())).catch_unwind();
         let result = match timeout {
             None => execution.await,
             Some(limit) => tokio::select! {
@@ -100,8 +103,7 @@ pub(super) fn spawn(
         let failure = match result {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(format!("agent failed: {e}")),
-            Err(join) if join.is_panic() => {
-                let payload = join.into_panic();
+            Err(payload) => {
                 let text = payload
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
@@ -110,7 +112,6 @@ pub(super) fn spawn(
                 tracing::error!(task_id = %sink.task_id(), panic = %text, "agent panicked");
                 Some(format!("agent panicked: {text}"))
             }
-            Err(_) => Some("agent run was aborted".into()),
         };
         sink.finish(failure).await;
     });
