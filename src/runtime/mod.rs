@@ -282,7 +282,7 @@ impl TaskManager {
             task_id: loaded.task().id.clone(),
             context_id: loaded.task().context_id.clone(),
             message,
-            task: Some(loaded.task().clone()),
+            task: Some(loaded.task().into_owned()),
             cancelled: self.shared.shutdown.child_token(),
         };
         live.set_run_cancel(Some(ctx.cancelled.clone()));

@@ -24,8 +24,8 @@ use prost_types::Timestamp;
 use std::sync::Arc;
 
 use super::{
-    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, codec,
-    origin_message_id, status_key, time_key,
+    Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, codec,
+    origin_message_id, time_key,
 };
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{TaskRecord, state_from_i32};
@@ -34,8 +34,9 @@ type OrderKey = (Reverse<TimeKey>, Arc<str>);
 
 /// One stored task.
 struct Entry {
-    /// The record, encoded by [`codec::encode`].
-    record: Box<[u8]>,
+    /// The record, encoded by [`codec::encode`]; shared with the runtime's
+    /// committed copy when it came from there.
+    record: Arc<[u8]>,
     version: u64,
     state: i32,
     status: TimeKey,
@@ -43,13 +44,13 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(record: &TaskRecord, version: u64) -> Self {
+    fn new(task: &EncodedTask, version: u64) -> Self {
         Entry {
-            record: codec::encode(record).into_boxed_slice(),
+            record: task.bytes.clone(),
             version,
-            state: record.state() as i32,
-            status: status_key(&record.task),
-            context_id: record.task.context_id.as_str().into(),
+            state: task.state as i32,
+            status: task.status,
+            context_id: task.context_id.as_str().into(),
         }
     }
 
@@ -88,12 +89,15 @@ fn poisoned<T>(_: T) -> StoreError {
 #[async_trait]
 impl TaskStore for MemoryStore {
     async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
-        // Encode before taking the lock.
-        let entry = Entry::new(record, 1);
-        let origin = origin_message_id(record);
+        self.create_encoded(tenant, &EncodedTask::new(record)).await
+    }
+
+    async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
+        let entry = Entry::new(task, 1);
+        let origin = task.origin_message_id.as_str();
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let tasks = tenants.entry(tenant.to_owned()).or_default();
-        let id: &str = &record.task.id;
+        let id: &str = &task.id;
         if tasks.by_id.contains_key(id) {
             return Err(StoreError::AlreadyExists(id.to_owned()));
         }
@@ -139,9 +143,19 @@ impl TaskStore for MemoryStore {
         record: &TaskRecord,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
-        let mut entry = Entry::new(record, 0);
+        self.update_encoded(tenant, &EncodedTask::new(record), expected_version)
+            .await
+    }
+
+    async fn update_encoded(
+        &self,
+        tenant: &str,
+        task: &EncodedTask,
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        let mut entry = Entry::new(task, 0);
         let mut tenants = self.tenants.write().map_err(poisoned)?;
-        let id = &record.task.id;
+        let id = &task.id;
         let tasks = tenants
             .get_mut(tenant)
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;

@@ -15,6 +15,8 @@ pub mod cursor;
 pub mod memory;
 pub mod sqlite;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use prost_types::Timestamp;
 
@@ -95,6 +97,38 @@ pub enum StoreError {
     Internal(String),
 }
 
+/// A task record already encoded ([`codec::encode`]), with the fields the
+/// stores index. The runtime encodes once per write, under the task's
+/// lock and without copying the task, and the same bytes are what the
+/// store keeps and what the runtime holds as the committed copy.
+#[derive(Debug, Clone)]
+pub struct EncodedTask {
+    pub bytes: Arc<[u8]>,
+    pub id: String,
+    pub context_id: String,
+    pub state: TaskState,
+    pub status: TimeKey,
+    /// The creating message's id ("" for none): the idempotency key.
+    pub origin_message_id: String,
+}
+
+impl EncodedTask {
+    pub fn new(record: &TaskRecord) -> Self {
+        EncodedTask {
+            bytes: codec::encode(record).into(),
+            id: record.task.id.clone(),
+            context_id: record.task.context_id.clone(),
+            state: record.state(),
+            status: status_key(&record.task),
+            origin_message_id: origin_message_id(record).to_owned(),
+        }
+    }
+
+    pub fn decode(&self) -> Result<TaskRecord, StoreError> {
+        codec::decode(&self.bytes)
+    }
+}
+
 /// Durable home of tasks. Implementations must make a write visible to
 /// every later `get`/`list` once it returns `Ok`: the runtime tells clients
 /// and subscribers about a change only after that.
@@ -134,6 +168,24 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Deletes terminal tasks whose status timestamp is before `before`;
     /// returns how many were deleted (retention).
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError>;
+
+    /// [`create`](Self::create) from an encoded record: what the runtime
+    /// calls. A store that keeps the encoding overrides it to skip the
+    /// decode.
+    async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
+        self.create(tenant, &task.decode()?).await
+    }
+
+    /// [`update`](Self::update) from an encoded record: what the runtime
+    /// calls.
+    async fn update_encoded(
+        &self,
+        tenant: &str,
+        task: &EncodedTask,
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        self.update(tenant, &task.decode()?, expected_version).await
+    }
 }
 
 /// The id of the message that created a task: the first of its history

@@ -26,8 +26,8 @@ use sqlx::sqlite::{
 use sqlx::{Connection, QueryBuilder, Sqlite};
 
 use super::{
-    Cursor, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec, origin_message_id,
-    status_key, time_key,
+    Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec, status_key,
+    time_key,
 };
 use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
@@ -145,16 +145,15 @@ impl SqliteStore {
     }
 }
 
-fn row(tenant: &str, record: &TaskRecord) -> writer::Row {
-    let task = &record.task;
+fn row(tenant: &str, task: &EncodedTask) -> writer::Row {
     writer::Row {
         tenant: tenant.as_bytes().to_vec(),
         id: task.id.as_bytes().to_vec(),
         context_id: task.context_id.as_bytes().to_vec(),
-        state: record.state() as i32,
-        status: status_key(task),
-        origin_message_id: origin_message_id(record).as_bytes().to_vec(),
-        record: codec::encode(record),
+        state: task.state as i32,
+        status: task.status,
+        origin_message_id: task.origin_message_id.as_bytes().to_vec(),
+        record: task.bytes.clone(),
     }
 }
 
@@ -226,13 +225,17 @@ fn page_query(
 #[async_trait]
 impl TaskStore for SqliteStore {
     async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
+        self.create_encoded(tenant, &EncodedTask::new(record)).await
+    }
+
+    async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         match self
             .writer
-            .write(writer::Write::Create(row(tenant, record)))
+            .write(writer::Write::Create(row(tenant, task)))
             .await?
         {
             writer::Outcome::Created => Ok(1),
-            writer::Outcome::IdTaken => Err(StoreError::AlreadyExists(record.task.id.clone())),
+            writer::Outcome::IdTaken => Err(StoreError::AlreadyExists(task.id.clone())),
             writer::Outcome::OriginTaken(id) => Err(StoreError::DuplicateMessage {
                 task_id: String::from_utf8_lossy(&id).into_owned(),
             }),
@@ -276,15 +279,25 @@ impl TaskStore for SqliteStore {
         record: &TaskRecord,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
+        self.update_encoded(tenant, &EncodedTask::new(record), expected_version)
+            .await
+    }
+
+    async fn update_encoded(
+        &self,
+        tenant: &str,
+        task: &EncodedTask,
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
         let write = writer::Write::Update {
-            row: row(tenant, record),
+            row: row(tenant, task),
             expected_version: expected_version as i64,
         };
         match self.writer.write(write).await? {
             writer::Outcome::Updated(version) => Ok(version),
-            writer::Outcome::Stale(None) => Err(StoreError::NotFound(record.task.id.clone())),
+            writer::Outcome::Stale(None) => Err(StoreError::NotFound(task.id.clone())),
             writer::Outcome::Stale(Some(actual)) => Err(StoreError::Conflict {
-                id: record.task.id.clone(),
+                id: task.id.clone(),
                 expected: expected_version,
                 actual: actual as u64,
             }),

@@ -48,7 +48,7 @@ pub(super) struct Row {
     pub state: i32,
     pub status: (i64, i32),
     pub origin_message_id: Vec<u8>,
-    pub record: Vec<u8>,
+    pub record: std::sync::Arc<[u8]>,
 }
 
 pub(super) enum Write {
@@ -263,7 +263,7 @@ fn apply(db: &rusqlite::Connection, write: &Write) -> rusqlite::Result<Outcome> 
                     row.status.0,
                     row.status.1,
                     row.origin_message_id,
-                    row.record,
+                    &row.record[..],
                 ]);
             match inserted {
                 Ok(_) => Ok(Outcome::Created),
@@ -306,7 +306,7 @@ fn apply(db: &rusqlite::Connection, write: &Write) -> rusqlite::Result<Outcome> 
                     row.state,
                     row.status.0,
                     row.status.1,
-                    row.record,
+                    &row.record[..],
                     row.tenant,
                     row.id,
                     expected_version,
