@@ -24,6 +24,13 @@ use a2a_lifecycle::runtime::RuntimeConfig;
 use a2a_lifecycle::server::{ServerParts, serve, shutdown_signal};
 use a2a_lifecycle::store::{MemoryStore, SqliteStore, TaskStore};
 
+/// mimalloc: a request allocates many small objects (strings and vectors of
+/// the proto types), and glibc's malloc spent about a fifth of the
+/// server's CPU on them (perf). The bare comparison server uses the same
+/// allocator, so benchmark ratios compare code, not allocators.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     version,

@@ -53,6 +53,11 @@ use a2a_lifecycle::proto::{
 };
 use a2a_lifecycle::server::{MAX_MESSAGE_BYTES, shutdown_signal};
 
+/// The same allocator as the `a2a-lifecycle` binary (mimalloc), so the
+/// benchmark's ratios compare code, not allocators.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Events a fan-out broadcast holds for a subscriber that is behind. Large
 /// enough for the benchmark's K=200 plus the closing event with room to
 /// spare, so a subscriber only lags (and is cut off) when it really cannot
