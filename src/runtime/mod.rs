@@ -84,7 +84,9 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn TaskStore>,
     pub(crate) agents: AgentRouter,
     pub(crate) config: RuntimeConfig,
-    live: Mutex<HashMap<TaskKey, Weak<LiveTask>>>,
+    /// foldhash, not SipHash: looked up on every request. An entry exists
+    /// only while something holds its task (see the memory store's maps).
+    live: Mutex<HashMap<TaskKey, Weak<LiveTask>, foldhash::fast::RandomState>>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -154,7 +156,7 @@ impl TaskManager {
                 store,
                 agents,
                 config,
-                live: Mutex::new(HashMap::new()),
+                live: Mutex::new(HashMap::default()),
                 shutdown: CancellationToken::new(),
             }),
         }

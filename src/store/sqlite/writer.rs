@@ -219,7 +219,9 @@ fn commit_batch(
     batch: &[(Write, Reply)],
 ) -> Vec<Result<Outcome, StoreError>> {
     let all_fail = |e: StoreError| batch.iter().map(|_| Err(e.clone())).collect();
-    if let Err(e) = db.execute_batch("BEGIN IMMEDIATE") {
+    // Prepared once and cached, like the writes: no parse per batch.
+    let run = |sql: &str| db.prepare_cached(sql).and_then(|mut s| s.execute([]));
+    if let Err(e) = run("BEGIN IMMEDIATE") {
         return all_fail(map_err(e));
     }
     let mut results = Vec::with_capacity(batch.len());
@@ -232,13 +234,13 @@ fn commit_batch(
                 results.push(Err(map_err(e)));
             }
             Err(e) => {
-                let _ = db.execute_batch("ROLLBACK");
+                let _ = run("ROLLBACK");
                 return all_fail(map_err(e));
             }
         }
     }
-    if let Err(e) = db.execute_batch("COMMIT") {
-        let _ = db.execute_batch("ROLLBACK");
+    if let Err(e) = run("COMMIT") {
+        let _ = run("ROLLBACK");
         return all_fail(map_err(e));
     }
     results
