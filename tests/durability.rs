@@ -14,7 +14,7 @@ use prost_types::Timestamp;
 use tonic::Code;
 
 use a2a_lifecycle::agent::demo::demo_router;
-use a2a_lifecycle::lifecycle::{HistoryLength, TaskRecord};
+use a2a_lifecycle::lifecycle::HistoryLength;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
     CancelTaskRequest, ListTasksRequest, Task, TaskState, send_message_response,
@@ -22,7 +22,7 @@ use a2a_lifecycle::proto::{
 };
 use a2a_lifecycle::runtime::{RESTART_FAILURE, RuntimeConfig};
 use a2a_lifecycle::store::{
-    ListQuery, MemoryStore, SqliteStore, StoreError, StoredTask, TaskPage, TaskStore,
+    EncodedTask, ListQuery, MemoryStore, SqliteStore, StoreError, StoredTask, TaskPage, TaskStore,
 };
 use support::*;
 
@@ -355,9 +355,9 @@ impl FailingWrites {
 
 #[async_trait]
 impl TaskStore for FailingWrites {
-    async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
+    async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         self.check()?;
-        self.inner.create(tenant, record).await
+        self.inner.create_encoded(tenant, task).await
     }
     async fn find_by_origin(
         &self,
@@ -369,14 +369,14 @@ impl TaskStore for FailingWrites {
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(tenant, task_id).await
     }
-    async fn update(
+    async fn update_encoded(
         &self,
         tenant: &str,
-        record: &TaskRecord,
+        task: &EncodedTask,
         expected: u64,
     ) -> Result<u64, StoreError> {
         self.check()?;
-        self.inner.update(tenant, record, expected).await
+        self.inner.update_encoded(tenant, task, expected).await
     }
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
         self.inner.list(tenant, query).await

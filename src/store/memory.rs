@@ -28,7 +28,7 @@ use super::{
     origin_message_id, time_key,
 };
 use crate::lifecycle::history::task_view;
-use crate::lifecycle::{TaskRecord, state_from_i32};
+use crate::lifecycle::state_from_i32;
 
 type OrderKey = (Reverse<TimeKey>, Arc<str>);
 
@@ -94,10 +94,6 @@ fn poisoned<T>(_: T) -> StoreError {
 
 #[async_trait]
 impl TaskStore for MemoryStore {
-    async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
-        self.create_encoded(tenant, &EncodedTask::new(record)).await
-    }
-
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         let entry = Entry::new(task, 1);
         let origin = task.origin_message_id.as_str();
@@ -141,16 +137,6 @@ impl TaskStore for MemoryStore {
             .and_then(|t| t.by_id.get(t.by_origin.get(message_id)?))
             .map(Entry::stored)
             .transpose()
-    }
-
-    async fn update(
-        &self,
-        tenant: &str,
-        record: &TaskRecord,
-        expected_version: u64,
-    ) -> Result<u64, StoreError> {
-        self.update_encoded(tenant, &EncodedTask::new(record), expected_version)
-            .await
     }
 
     async fn update_encoded(

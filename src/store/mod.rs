@@ -136,8 +136,14 @@ impl EncodedTask {
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new task at version 1. Fails with `AlreadyExists` if the id
     /// is taken, and with `DuplicateMessage` if the tenant already has a task
-    /// created by the same message (its first history message's id).
-    async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError>;
+    /// created by the same message (its first history message's id). The
+    /// runtime writes encoded records (see [`EncodedTask`]).
+    async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError>;
+
+    /// [`create_encoded`](Self::create_encoded) from a record.
+    async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
+        self.create_encoded(tenant, &EncodedTask::new(record)).await
+    }
 
     /// The task that `message_id` created in `tenant`, if any.
     async fn find_by_origin(
@@ -151,12 +157,23 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Replaces the task if its stored version is still `expected_version`;
     /// returns the new version.
+    async fn update_encoded(
+        &self,
+        tenant: &str,
+        task: &EncodedTask,
+        expected_version: u64,
+    ) -> Result<u64, StoreError>;
+
+    /// [`update_encoded`](Self::update_encoded) from a record.
     async fn update(
         &self,
         tenant: &str,
         record: &TaskRecord,
         expected_version: u64,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<u64, StoreError> {
+        self.update_encoded(tenant, &EncodedTask::new(record), expected_version)
+            .await
+    }
 
     /// One page of the tenant's tasks (spec §3.1.4).
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError>;
@@ -168,24 +185,6 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Deletes terminal tasks whose status timestamp is before `before`;
     /// returns how many were deleted (retention).
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError>;
-
-    /// [`create`](Self::create) from an encoded record: what the runtime
-    /// calls. A store that keeps the encoding overrides it to skip the
-    /// decode.
-    async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
-        self.create(tenant, &task.decode()?).await
-    }
-
-    /// [`update`](Self::update) from an encoded record: what the runtime
-    /// calls.
-    async fn update_encoded(
-        &self,
-        tenant: &str,
-        task: &EncodedTask,
-        expected_version: u64,
-    ) -> Result<u64, StoreError> {
-        self.update(tenant, &task.decode()?, expected_version).await
-    }
 }
 
 /// The id of the message that created a task: the first of its history

@@ -29,7 +29,6 @@ use super::{
     Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec, status_key,
     time_key,
 };
-use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
 use crate::proto::TaskState;
 
@@ -224,10 +223,6 @@ fn page_query(
 
 #[async_trait]
 impl TaskStore for SqliteStore {
-    async fn create(&self, tenant: &str, record: &TaskRecord) -> Result<u64, StoreError> {
-        self.create_encoded(tenant, &EncodedTask::new(record)).await
-    }
-
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         match self
             .writer
@@ -271,16 +266,6 @@ impl TaskStore for SqliteStore {
                 .await
                 .map_err(map_err)?;
         row.map(|(r, v)| stored(r, v)).transpose()
-    }
-
-    async fn update(
-        &self,
-        tenant: &str,
-        record: &TaskRecord,
-        expected_version: u64,
-    ) -> Result<u64, StoreError> {
-        self.update_encoded(tenant, &EncodedTask::new(record), expected_version)
-            .await
     }
 
     async fn update_encoded(
@@ -412,7 +397,7 @@ mod tests {
                     message_id: format!("m{i}"),
                     ..Default::default()
                 };
-                let record = TaskRecord::submitted(
+                let record = crate::lifecycle::TaskRecord::submitted(
                     format!("t{i}"),
                     "c".into(),
                     message,
