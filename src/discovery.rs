@@ -72,6 +72,10 @@ struct Published {
     extended: Option<AgentCard>,
     body: bytes::Bytes,
     etag: String,
+    /// What [`Cards::check`] enforces, read off the card once instead of on
+    /// every RPC.
+    streaming: bool,
+    required_extensions: Vec<String>,
 }
 
 /// Every tenant's card, built once at start (cards do not change while
@@ -136,6 +140,13 @@ impl Cards {
             if extended.is_some() {
                 capabilities.extended_agent_card = Some(true);
             }
+            let streaming = capabilities.streaming == Some(true);
+            let required_extensions = capabilities
+                .extensions
+                .iter()
+                .filter(|e| e.required)
+                .map(|e| e.uri.clone())
+                .collect();
             let body = bytes::Bytes::from(json::to_string_pretty(&card)?);
             let mut hasher = DefaultHasher::new();
             body.hash(&mut hasher);
@@ -147,6 +158,8 @@ impl Cards {
                     extended,
                     body,
                     etag,
+                    streaming,
+                    required_extensions,
                 },
             );
         }
@@ -202,27 +215,24 @@ impl Cards {
         streaming: bool,
     ) -> Result<(), A2aError> {
         check_version(metadata)?;
-        let Some(card) = self.card(tenant) else {
+        let Some(published) = self.by_tenant.get(tenant) else {
             return Ok(());
         };
-        let capabilities = card.capabilities.clone().unwrap_or_default();
-        if streaming && capabilities.streaming != Some(true) {
+        if streaming && !published.streaming {
             return Err(A2aError::unsupported(
                 "this agent does not support streaming (capabilities.streaming is off)",
                 None,
             ));
         }
-        let required: Vec<&str> = capabilities
-            .extensions
-            .iter()
-            .filter(|e| e.required)
-            .map(|e| e.uri.as_str())
-            .collect();
-        if !required.is_empty() {
+        if !published.required_extensions.is_empty() {
             let declared = declared_extensions(metadata);
-            if let Some(missing) = required.iter().find(|uri| !declared.contains(**uri)) {
+            if let Some(missing) = published
+                .required_extensions
+                .iter()
+                .find(|uri| !declared.contains(*uri))
+            {
                 return Err(A2aError::ExtensionSupportRequired {
-                    uri: (*missing).to_owned(),
+                    uri: missing.clone(),
                 });
             }
         }

@@ -273,7 +273,7 @@ where
             while !stop.load(Ordering::Relaxed) {
                 let start = Instant::now();
                 let got = op(client.clone(), n).await?;
-                n += load_stride();
+                n += ID_STRIDE;
                 if counting.load(Ordering::Relaxed) {
                     local.saturating_record(start.elapsed().as_micros() as u64);
                     done.fetch_add(1, Ordering::Relaxed);
@@ -317,11 +317,9 @@ fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
 }
 
-/// Workers step their counters by a large odd number so that concurrent
+/// Workers step their counters by a large prime so that concurrent
 /// workers read different GetTask ids.
-fn load_stride() -> u64 {
-    7919
-}
+const ID_STRIDE: u64 = 7919;
 
 async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
     let clients = connect(&args.target, args.load.connections).await?;
