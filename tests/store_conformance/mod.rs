@@ -964,16 +964,7 @@ pub async fn list_filters_by_context_id(store: Store) {
 
 /// Spec §3.1.4 `status`: only tasks whose current state is that state.
 pub async fn list_filters_by_state(store: Store) {
-    let states = [
-        TaskState::Submitted,
-        TaskState::Working,
-        TaskState::Completed,
-        TaskState::Failed,
-        TaskState::Canceled,
-        TaskState::InputRequired,
-        TaskState::Rejected,
-        TaskState::AuthRequired,
-    ];
+    let states = TaskState::REAL;
     for (i, s) in states.iter().enumerate() {
         create(&store, T, &record(&format!("t{i}"), "c", *s, at(i as i64))).await;
         create(
