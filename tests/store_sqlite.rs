@@ -15,3 +15,146 @@ store_conformance::store_conformance_tests!(|| async {
     let store = SqliteStore::open(path).await.unwrap();
     Arc::new(store) as Arc<dyn TaskStore>
 });
+
+mod origin_log {
+    //! SQLite-only: the creating messages are appended to a log and merged
+    //! into a sorted table in bulk (`src/store/sqlite/writer.rs`).
+    //! Idempotency must hold on both sides of a merge, across a restart,
+    //! and after retention purges.
+
+    use a2a_lifecycle::lifecycle::TaskRecord;
+    use a2a_lifecycle::proto::{Message, TaskState};
+    use a2a_lifecycle::store::sqlite::writer::ORIGIN_LOG_MIN;
+    use a2a_lifecycle::store::{SqliteStore, StoreError, TaskStore};
+    use prost_types::Timestamp;
+    use sqlx::Connection;
+
+    fn completed(id: &str, message_id: &str) -> TaskRecord {
+        let message = Message {
+            message_id: message_id.into(),
+            ..Default::default()
+        };
+        let mut r = TaskRecord::submitted(
+            id.into(),
+            "c".into(),
+            message,
+            Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 0,
+            },
+        );
+        r.task.status.as_mut().unwrap().state = TaskState::Completed as i32;
+        r
+    }
+
+    async fn counts(path: &std::path::Path) -> (i64, i64) {
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        let merged: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM origins")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let log: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM origin_log")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        (merged.0, log.0)
+    }
+
+    async fn assert_duplicate(store: &SqliteStore, i: usize) {
+        let again = completed(&format!("again-{i}"), &format!("m{i}"));
+        match store.create("", &again).await {
+            Err(StoreError::DuplicateMessage { task_id }) => assert_eq!(task_id, format!("t{i}")),
+            other => panic!("message m{i}: expected DuplicateMessage, got {other:?}"),
+        }
+        let found = store.find_by_origin("", &format!("m{i}")).await.unwrap();
+        assert_eq!(found.expect("found").record.task.id, format!("t{i}"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idempotency_holds_across_merges_restarts_and_purges() {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("store-sqlite")
+            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        // One process owns a database: a second open is refused.
+        match SqliteStore::open(&path).await {
+            Err(StoreError::Unavailable(m)) => assert!(m.contains("in use"), "{m}"),
+            Err(other) => panic!("expected UNAVAILABLE, got {other:?}"),
+            Ok(_) => panic!("a second open of a held database succeeded"),
+        }
+
+        // Enough new tasks for at least one merge, and some left in the log.
+        let n = ORIGIN_LOG_MIN + 500;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(256) {
+            let creates = chunk.iter().map(|&i| {
+                let store = store.clone();
+                async move {
+                    store
+                        .create("", &completed(&format!("t{i}"), &format!("m{i}")))
+                        .await
+                }
+            });
+            for result in futures_util::future::join_all(creates).await {
+                assert_eq!(result, Ok(1));
+            }
+        }
+        let (merged, log) = counts(&path).await;
+        assert_eq!(
+            merged + log,
+            n as i64,
+            "every origin is in exactly one table"
+        );
+        assert!(merged >= ORIGIN_LOG_MIN as i64, "merged: {merged}");
+        assert!(log > 0, "the last creates are still in the log");
+        // Merged (m0) and logged (the last) messages are both duplicates,
+        // and a message in the same batch as its first use too.
+        for i in [0, n / 2, n - 1] {
+            assert_duplicate(&store, i).await;
+        }
+        let twice = [completed("x1", "mx"), completed("x2", "mx")];
+        let (a, b) = futures_util::join!(store.create("", &twice[0]), store.create("", &twice[1]));
+        assert!(
+            matches!(
+                (&a, &b),
+                (Ok(1), Err(StoreError::DuplicateMessage { .. }))
+                    | (Err(StoreError::DuplicateMessage { .. }), Ok(1))
+            ),
+            "{a:?} {b:?}"
+        );
+
+        // After a restart the log is read back.
+        let stopped = store.stopped();
+        drop(store);
+        stopped.await;
+        let store = SqliteStore::open(&path).await.unwrap();
+        for i in [0, n - 1] {
+            assert_duplicate(&store, i).await;
+        }
+
+        // Purged tasks free their messages, merged or logged.
+        let purged = store
+            .purge_terminal_before(&Timestamp {
+                seconds: 1_700_000_001,
+                nanos: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(purged, n as u64 + 1);
+        assert_eq!(counts(&path).await, (0, 0));
+        for i in [0, n - 1] {
+            assert_eq!(
+                store
+                    .create("", &completed(&format!("new-{i}"), &format!("m{i}")))
+                    .await,
+                Ok(1)
+            );
+        }
+        let found = store.find_by_origin("", "m0").await.unwrap();
+        assert_eq!(found.expect("found").record.task.id, "new-0");
+    }
+}

@@ -22,6 +22,18 @@
 //! other) or by its expected version fails by itself: SQLite undoes only
 //! that statement, and the others commit. Any other error (disk full, I/O)
 //! rolls the whole batch back and every write of it gets the error.
+//!
+//! The writer also owns idempotency (one task per creating message in a
+//! tenant). New (tenant, message id) pairs are appended to `origin_log`
+//! and kept in memory ([`Origins`]); once the log holds a quarter as many
+//! entries as the merged `origins` table (within [`ORIGIN_LOG_MIN`] and
+//! [`ORIGIN_LOG_MAX`]) it is merged into that table in one sorted pass.
+//! A unique index on random message ids cost a page write per new task;
+//! a sorted merge writes each page of `origins` about once per merge, for
+//! many entries. Uniqueness needs the writer to be the only one: the
+//! store holds an exclusive lock on the database while open.
+
+use std::collections::HashMap;
 
 use rusqlite::{ErrorCode, OptionalExtension, params};
 use sqlx::sqlite::SqliteConnection;
@@ -39,6 +51,14 @@ pub const WRITE_QUEUE: usize = 4096;
 pub const WRITER_CACHE_KIB: i64 = 2048;
 /// Writes between requests for a background checkpoint.
 pub const CHECKPOINT_EVERY_WRITES: usize = 1000;
+/// Entries `origin_log` holds before a merge, at least...
+pub const ORIGIN_LOG_MIN: usize = 4096;
+/// ... and at most (each costs the writer about 150 bytes of memory).
+/// Between the two the log is merged at a quarter of the merged table's
+/// size, so a merge rewrites about every page of `origins` for a quarter
+/// of its entries: a bounded number of page writes per new task however
+/// large the table, until it is four times this.
+pub const ORIGIN_LOG_MAX: usize = 65_536;
 
 /// The columns of one task row, encoded by the caller (off the writer).
 pub(super) struct Row {
@@ -75,6 +95,8 @@ type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
 #[derive(Clone)]
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<(Write, Reply)>,
+    /// Turns true once the writer has stopped and released the database.
+    stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 impl WriterHandle {
@@ -82,9 +104,11 @@ impl WriterHandle {
     /// the last handle is dropped. As a task among the server's, its
     /// batches would wait behind request handling whenever the runtime is
     /// busy, and every write waits on it.
+    /// `lock` (the database's lock file) is held until the writer stops.
     pub async fn spawn(
         conn: SqliteConnection,
         checkpoint_conn: SqliteConnection,
+        lock: std::fs::File,
     ) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let checkpoint = spawn_checkpointer(checkpoint_conn);
@@ -92,14 +116,29 @@ impl WriterHandle {
             .build()
             .map_err(|e| StoreError::Unavailable(format!("sqlite writer runtime: {e}")))?;
         let (ready_tx, ready_rx) = oneshot::channel();
+        let (stopped_tx, stopped) = tokio::sync::watch::channel(false);
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run(runtime, conn, rx, checkpoint, ready_tx))
+            .spawn(move || {
+                run(runtime, conn, rx, checkpoint, ready_tx);
+                drop(lock);
+                stopped_tx.send_replace(true);
+            })
             .map_err(|e| StoreError::Unavailable(format!("sqlite writer thread: {e}")))?;
         ready_rx
             .await
             .map_err(|_| StoreError::Unavailable("sqlite writer did not start".into()))??;
-        Ok(WriterHandle { tx })
+        Ok(WriterHandle { tx, stopped })
+    }
+
+    /// Resolves once the writer has stopped (every handle dropped) and the
+    /// database may be opened again.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut stopped = self.stopped.clone();
+        async move {
+            // Err: the sender is gone, which happens only after it said so.
+            let _ = stopped.wait_for(|s| *s).await;
+        }
     }
 
     pub async fn write(&self, write: Write) -> Result<Outcome, StoreError> {
@@ -149,6 +188,13 @@ fn run(
             let _ = ready.send(Err(map_err(e)));
             return;
         }
+        let mut origins = match Origins::load(&db) {
+            Ok(origins) => origins,
+            Err(e) => {
+                let _ = ready.send(Err(map_err(e)));
+                return;
+            }
+        };
         let _ = ready.send(Ok(()));
         let mut batch = Vec::with_capacity(MAX_BATCH);
         let mut since_checkpoint = 0;
@@ -160,7 +206,7 @@ fn run(
                     Err(_) => break,
                 }
             }
-            let results = commit_batch(&db, &batch);
+            let results = commit_batch(&db, &batch, &mut origins);
             since_checkpoint += batch.len();
             // A full channel means a checkpoint is already due.
             if since_checkpoint >= CHECKPOINT_EVERY_WRITES && checkpoint.try_send(()).is_ok() {
@@ -168,6 +214,10 @@ fn run(
             }
             for ((_, reply), result) in batch.drain(..).zip(results) {
                 let _ = reply.send(result);
+            }
+            // After the answers: the merge delays only the writes behind it.
+            if let Err(e) = origins.settle(&db) {
+                tracing::warn!(error = %e, "sqlite origin log maintenance failed");
             }
         }
         drop(db);
@@ -217,40 +267,187 @@ fn map_err(e: rusqlite::Error) -> StoreError {
 fn commit_batch(
     db: &rusqlite::Connection,
     batch: &[(Write, Reply)],
+    origins: &mut Origins,
 ) -> Vec<Result<Outcome, StoreError>> {
-    let all_fail = |e: StoreError| batch.iter().map(|_| Err(e.clone())).collect();
+    let all_fail = |e: StoreError, origins: &mut Origins| {
+        // Entries this batch added to the log in memory were rolled back.
+        origins.stale = true;
+        batch.iter().map(|_| Err(e.clone())).collect()
+    };
     // Prepared once and cached, like the writes: no parse per batch.
     let run = |sql: &str| db.prepare_cached(sql).and_then(|mut s| s.execute([]));
     if let Err(e) = run("BEGIN IMMEDIATE") {
-        return all_fail(map_err(e));
+        return all_fail(map_err(e), origins);
     }
     let mut results = Vec::with_capacity(batch.len());
     for (write, _) in batch {
-        match apply(db, write) {
+        match apply(db, write, origins) {
             Ok(outcome) => results.push(Ok(outcome)),
             // A constraint (a CHECK, a trigger) refused this statement:
             // SQLite undid only it, so only this write fails.
-            Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                results.push(Err(map_err(e)));
-            }
-            Err(e) => {
+            Err(Failure::Refused(e)) => results.push(Err(map_err(e))),
+            Err(Failure::Abort(e)) => {
                 let _ = run("ROLLBACK");
-                return all_fail(map_err(e));
+                return all_fail(map_err(e), origins);
             }
         }
     }
     if let Err(e) = run("COMMIT") {
         let _ = run("ROLLBACK");
-        return all_fail(map_err(e));
+        return all_fail(map_err(e), origins);
     }
     results
 }
 
-/// One write inside the batch's transaction. `Err` is a failure that
-/// aborts the batch; a refused write is an `Ok` outcome.
-fn apply(db: &rusqlite::Connection, write: &Write) -> rusqlite::Result<Outcome> {
+/// Why a write did not apply.
+enum Failure {
+    /// A constraint refused this write's statement; SQLite undid only it.
+    Refused(rusqlite::Error),
+    /// Anything else: the batch is rolled back.
+    Abort(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::ConstraintViolation) => Failure::Refused(e),
+            _ => Failure::Abort(e),
+        }
+    }
+}
+
+type OriginKey = (Vec<u8>, Vec<u8>);
+
+/// The writer's view of the creating messages: `origin_log`'s entries in
+/// memory (the log has no index, so lookups in it are these), and the size
+/// of `origins`, which sets when the log is merged.
+pub(super) struct Origins {
+    recent: HashMap<OriginKey, Vec<u8>>,
+    merged: usize,
+    /// The log in memory may differ from the table (a batch rolled back,
+    /// a purge deleted entries): reload it before the next batch.
+    stale: bool,
+}
+
+impl Origins {
+    fn load(db: &rusqlite::Connection) -> rusqlite::Result<Self> {
+        let merged: i64 = db.query_row("SELECT COUNT(*) FROM origins", [], |r| r.get(0))?;
+        let mut origins = Origins {
+            recent: HashMap::new(),
+            merged: merged as usize,
+            stale: true,
+        };
+        origins.reload(db)?;
+        Ok(origins)
+    }
+
+    fn reload(&mut self, db: &rusqlite::Connection) -> rusqlite::Result<()> {
+        let mut stmt = db.prepare("SELECT tenant, message_id, task_id FROM origin_log")?;
+        let rows = stmt.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
+        self.recent = rows.collect::<rusqlite::Result<_>>()?;
+        self.stale = false;
+        Ok(())
+    }
+
+    /// The task created by `message_id` in `tenant`, if any.
+    fn find(
+        &self,
+        db: &rusqlite::Connection,
+        tenant: &[u8],
+        message_id: &[u8],
+    ) -> rusqlite::Result<Option<Vec<u8>>> {
+        if let Some(id) = self.recent.get(&(tenant.to_vec(), message_id.to_vec())) {
+            return Ok(Some(id.clone()));
+        }
+        db.prepare_cached("SELECT task_id FROM origins WHERE tenant = ? AND message_id = ?")?
+            .query_row(params![tenant, message_id], |r| r.get(0))
+            .optional()
+    }
+
+    /// Records a new creating message (inside the batch's transaction).
+    fn append(&mut self, db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
+        db.prepare_cached("INSERT INTO origin_log (tenant, message_id, task_id) VALUES (?, ?, ?)")?
+            .execute(params![row.tenant, row.origin_message_id, row.id])?;
+        self.recent.insert(
+            (row.tenant.clone(), row.origin_message_id.clone()),
+            row.id.clone(),
+        );
+        Ok(())
+    }
+
+    /// The log's size that triggers a merge.
+    fn merge_at(&self) -> usize {
+        (self.merged / 4).clamp(ORIGIN_LOG_MIN, ORIGIN_LOG_MAX)
+    }
+
+    /// Between batches: reloads the log if it is stale, and merges it into
+    /// `origins` once it is large enough, in one transaction of its own.
+    fn settle(&mut self, db: &rusqlite::Connection) -> rusqlite::Result<()> {
+        if self.stale {
+            self.reload(db)?;
+        }
+        if self.recent.len() < self.merge_at() {
+            return Ok(());
+        }
+        let run = |sql: &str| db.prepare_cached(sql).and_then(|mut s| s.execute([]));
+        run("BEGIN IMMEDIATE")?;
+        let merged = (|| {
+            // Sorted, so the inserts walk `origins` from one end to the
+            // other and each of its pages is written once. OR IGNORE: the
+            // log never repeats a pair the table holds, and should it, the
+            // first task stays the message's task.
+            let n = db
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO origins (tenant, message_id, task_id) \
+                     SELECT tenant, message_id, task_id FROM origin_log \
+                     ORDER BY tenant, message_id",
+                )?
+                .execute([])?;
+            run("DELETE FROM origin_log")?;
+            run("COMMIT")?;
+            Ok(n)
+        })();
+        match merged {
+            Ok(n) => {
+                self.merged += n;
+                self.recent.clear();
+                Ok(())
+            }
+            Err(e) => {
+                let _ = run("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+}
+
+/// One write inside the batch's transaction. A write refused for a taken
+/// id, origin or version is an `Ok` outcome.
+fn apply(
+    db: &rusqlite::Connection,
+    write: &Write,
+    origins: &mut Origins,
+) -> Result<Outcome, Failure> {
+    let id_taken = |row: &Row| -> rusqlite::Result<bool> {
+        Ok(db
+            .prepare_cached("SELECT 1 FROM tasks WHERE tenant = ? AND id = ?")?
+            .query_row(params![row.tenant, row.id], |_| Ok(()))
+            .optional()?
+            .is_some())
+    };
     match write {
         Write::Create(row) => {
+            let has_origin = !row.origin_message_id.is_empty();
+            if has_origin
+                && let Some(existing) = origins.find(db, &row.tenant, &row.origin_message_id)?
+            {
+                // A taken id is reported first, as the insert would.
+                return Ok(if id_taken(row)? {
+                    Outcome::IdTaken
+                } else {
+                    Outcome::OriginTaken(existing)
+                });
+            }
             let inserted = db
                 .prepare_cached(
                     "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
@@ -268,30 +465,24 @@ fn apply(db: &rusqlite::Connection, write: &Write) -> rusqlite::Result<Outcome> 
                     &row.record[..],
                 ]);
             match inserted {
-                Ok(_) => Ok(Outcome::Created),
+                Ok(_) => {}
                 Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                    // SQLite undid only this statement; find which key is taken.
-                    let taken = db
-                        .prepare_cached("SELECT 1 FROM tasks WHERE tenant = ? AND id = ?")?
-                        .query_row(params![row.tenant, row.id], |_| Ok(()))
-                        .optional()?;
-                    if taken.is_some() {
-                        return Ok(Outcome::IdTaken);
-                    }
-                    let origin: Option<Vec<u8>> = db
-                        .prepare_cached(
-                            "SELECT id FROM tasks WHERE tenant = ? AND origin_message_id = ? \
-                             AND origin_message_id <> x''",
-                        )?
-                        .query_row(params![row.tenant, row.origin_message_id], |r| r.get(0))
-                        .optional()?;
-                    match origin {
-                        Some(id) => Ok(Outcome::OriginTaken(id)),
-                        None => Err(e),
-                    }
+                    // SQLite undid only this statement: the id is taken, or
+                    // another constraint (a trigger) refused the row.
+                    return if id_taken(row)? {
+                        Ok(Outcome::IdTaken)
+                    } else {
+                        Err(Failure::Refused(e))
+                    };
                 }
-                Err(e) => Err(e),
+                Err(e) => return Err(Failure::Abort(e)),
             }
+            if has_origin {
+                // The task row is in; without its log entry the batch must
+                // not commit, whatever refused it.
+                origins.append(db, row).map_err(Failure::Abort)?;
+            }
+            Ok(Outcome::Created)
         }
         Write::Update {
             row,
@@ -324,15 +515,28 @@ fn apply(db: &rusqlite::Connection, write: &Write) -> rusqlite::Result<Outcome> 
         }
         Write::Purge { before } => {
             // The state list is made of the enum's own numbers, not input.
-            let sql = format!(
-                "DELETE FROM tasks WHERE state IN ({}) AND (status_seconds < ?1 \
+            let purged = format!(
+                "state IN ({}) AND (status_seconds < ?1 \
                  OR (status_seconds = ?1 AND status_nanos < ?2))",
                 state_list(&TERMINAL)
             );
-            let purged = db
-                .prepare_cached(&sql)?
+            // A purged task's creating message may create a task again.
+            for table in ["origins", "origin_log"] {
+                db.prepare_cached(&format!(
+                    "DELETE FROM {table} WHERE (tenant, message_id) IN \
+                     (SELECT tenant, origin_message_id FROM tasks WHERE {purged} \
+                     AND origin_message_id <> x'')"
+                ))?
                 .execute(params![before.0, before.1])?;
-            Ok(Outcome::Purged(purged as u64))
+            }
+            let n = db
+                .prepare_cached(&format!("DELETE FROM tasks WHERE {purged}"))?
+                .execute(params![before.0, before.1])?;
+            if n > 0 {
+                origins.stale = true;
+                origins.merged = origins.merged.saturating_sub(n);
+            }
+            Ok(Outcome::Purged(n as u64))
         }
     }
 }
