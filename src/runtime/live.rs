@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{MutexGuard, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::sink::NewTaskAnswer;
 use super::{Shared, TaskHandle, TaskKey, now, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
@@ -77,6 +78,9 @@ struct Pending {
     origin: Origin,
     out: Option<StreamResponse>,
     notify: Vec<oneshot::Sender<Result<(), StoreError>>>,
+    /// The creating request's answer, when this event's write creates the
+    /// task.
+    answer: Option<NewTaskAnswer>,
 }
 
 impl Loaded {
@@ -274,6 +278,7 @@ impl LiveTask {
             origin,
             out,
             notify: vec![tx],
+            answer: None,
         });
         if !loaded.flushing {
             loaded.flushing = true;
@@ -293,6 +298,14 @@ impl LiveTask {
         let commit = self.submit_locked(shared, &mut guard, event, origin)?;
         drop(guard);
         Ok(commit.wait().await?)
+    }
+
+    /// Answers the request that created the task when the event just
+    /// submitted commits (or is dropped).
+    pub(crate) fn answer_on_commit_locked(guard: &mut StateGuard<'_>, answer: NewTaskAnswer) {
+        if let Some(last) = guard.as_mut().and_then(|l| l.pending.last_mut()) {
+            last.answer = Some(answer);
+        }
     }
 
     /// Resolves when everything accepted so far is committed (or dropped).
@@ -358,12 +371,15 @@ impl LiveTask {
                         for n in p.notify {
                             let _ = n.send(Ok(()));
                         }
+                        if let Some(answer) = p.answer {
+                            answer.deliver(Ok(()), &shared);
+                        }
                     }
                 }
                 Err(e) if version == 0 => {
                     // The create was refused (a repeat of the same message,
                     // or the store failed): the task never existed.
-                    self.drop_pending(loaded, e);
+                    self.drop_pending(&shared, loaded, e);
                     *guard = None;
                     return;
                 }
@@ -372,12 +388,12 @@ impl LiveTask {
                     // on the stored copy, or drop it all if it no longer
                     // applies.
                     if let Err(e) = self.rebase(&shared, loaded).await {
-                        self.drop_pending(loaded, e);
+                        self.drop_pending(&shared, loaded, e);
                     }
                 }
                 Err(e) => {
                     tracing::error!(task_id = %self.key.id, error = %e, "task write failed");
-                    self.drop_pending(loaded, e);
+                    self.drop_pending(&shared, loaded, e);
                     // The working copy held the dropped events: reload.
                     match shared.store.get(&self.key.tenant, &self.key.id).await {
                         Ok(Some(stored)) => {
@@ -428,10 +444,13 @@ impl LiveTask {
     /// the error, open streams end with it (they must not hang waiting for
     /// events that were never recorded), blocking waiters wake up, and the
     /// agent hears of it at its next event.
-    fn drop_pending(&self, loaded: &mut Loaded, e: StoreError) {
+    fn drop_pending(&self, shared: &Arc<Shared>, loaded: &mut Loaded, e: StoreError) {
         for p in loaded.pending.drain(..) {
             for n in p.notify {
                 let _ = n.send(Err(e.clone()));
+            }
+            if let Some(answer) = p.answer {
+                answer.deliver(Err(&e), shared);
             }
         }
         if let Some(tx) = &loaded.events {

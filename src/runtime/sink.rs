@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
-use super::live::{ApplyFailure, Commit, LiveTask, Loaded, Origin};
+use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
 use super::{SendOutcome, Shared, TaskKey, agent_text, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::{
@@ -30,43 +30,35 @@ pub(crate) struct NewTaskAnswer {
 }
 
 impl NewTaskAnswer {
-    /// Answers when `commit` resolves; returns the commit's outcome to the
-    /// emitter. A create refused as a repeat of the same message
-    /// (idempotent sends) answers with the task that message created.
-    fn answer_after(
-        self,
-        commit: Commit,
-        shared: Arc<Shared>,
-    ) -> impl std::future::Future<Output = Result<(), SinkError>> + Send + 'static {
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
-            let result = commit.wait().await;
-            let outcome = match &result {
-                Ok(()) => Ok(SendOutcome::Task(self.handle)),
-                Err(StoreError::DuplicateMessage { task_id }) => {
-                    let existing = shared.live(TaskKey {
-                        tenant: self.tenant.clone(),
-                        id: task_id.clone(),
-                    });
-                    existing
-                        .duplicate_handle(&shared, self.history, self.subscribe)
-                        .await
-                }
-                Err(e) => Err(store_error(e.clone())),
-            };
-            if let Some(reply_to) = self.reply_to {
-                let _ = reply_to.send(outcome);
+    /// Answers the creating request with the outcome of the task's first
+    /// write; called by the flush that committed (or dropped) it, so no
+    /// task of its own waits for the commit. A create refused as a repeat
+    /// of the same message (idempotent sends) answers with the task that
+    /// message created.
+    pub(crate) fn deliver(self, result: Result<(), &StoreError>, shared: &Arc<Shared>) {
+        let Some(reply_to) = self.reply_to else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                let _ = reply_to.send(Ok(SendOutcome::Task(self.handle)));
             }
-            let _ = tx.send(result);
-        });
-        async move {
-            match rx.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(StoreError::DuplicateMessage { task_id })) => {
-                    Err(SinkError::Duplicate { task_id })
-                }
-                Ok(Err(e)) => Err(SinkError::Store(e)),
-                Err(_) => Err(SinkError::RunEnded),
+            Err(StoreError::DuplicateMessage { task_id }) => {
+                let shared = shared.clone();
+                let key = TaskKey {
+                    tenant: self.tenant,
+                    id: task_id.clone(),
+                };
+                let (history, subscribe) = (self.history, self.subscribe);
+                // Rare, and it must load the other task: off the flush.
+                tokio::spawn(async move {
+                    let existing = shared.live(key);
+                    let outcome = existing.duplicate_handle(&shared, history, subscribe).await;
+                    let _ = reply_to.send(outcome);
+                });
+            }
+            Err(e) => {
+                let _ = reply_to.send(Err(store_error(e.clone())));
             }
         }
     }
@@ -245,11 +237,21 @@ impl EventSink {
         // background (batched with its neighbours); the agent waits for the
         // commit only when the task's backlog is full, or for the server's
         // own events.
+        let mut answer = answer;
         let submitted = match live.lock_loaded(shared).await {
             Ok(mut state) => {
                 let backlogged = LiveTask::backlogged(&state);
                 live.submit_locked(shared, &mut state, event, origin)
-                    .map(|commit| (commit, backlogged))
+                    .map(|commit| {
+                        if let Some(answer) = answer.take() {
+                            // The new task exists once this first write
+                            // commits; only then is the client answered.
+                            LiveTask::answer_on_commit_locked(&mut state, answer);
+                            (commit, backlogged, true)
+                        } else {
+                            (commit, backlogged, false)
+                        }
+                    })
                     .map_err(SinkError::from)
             }
             Err(A2aError::TaskNotFound { task_id }) => {
@@ -257,7 +259,7 @@ impl EventSink {
             }
             Err(other) => Err(SinkError::Store(StoreError::Internal(other.to_string()))),
         };
-        let (commit, backlogged) = match submitted {
+        let (commit, backlogged, creates) = match submitted {
             Ok(ok) => ok,
             Err(e) => {
                 // Still owed: a later event (at worst the FAILED that ends
@@ -269,12 +271,15 @@ impl EventSink {
             }
         };
         drop(mode);
-        if let Some(answer) = answer {
-            // The new task exists once this first write commits; only then
-            // is the client answered.
-            let commit = answer.answer_after(commit, shared.clone());
+        if creates {
             if origin == Origin::Server {
-                commit.await?;
+                return match commit.wait().await {
+                    Ok(()) => Ok(()),
+                    Err(StoreError::DuplicateMessage { task_id }) => {
+                        Err(SinkError::Duplicate { task_id })
+                    }
+                    Err(e) => Err(SinkError::Store(e)),
+                };
             }
             return Ok(());
         }
