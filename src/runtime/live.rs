@@ -142,6 +142,10 @@ impl Commit {
 /// store).
 pub const MAX_PENDING_EVENTS: usize = 256;
 
+/// Events a commit waits for while its emitter is still producing them;
+/// below [`MAX_PENDING_EVENTS`], so the emitter never waits for it.
+pub const FLUSH_BATCH_EVENTS: usize = MAX_PENDING_EVENTS / 2;
+
 pub(crate) type StateGuard<'a> = MutexGuard<'a, Option<Loaded>>;
 
 /// Why an event was not applied.
@@ -331,6 +335,9 @@ impl LiveTask {
     /// Commits accepted events in order, one store write per round, until
     /// none are left.
     async fn flush(self: Arc<Self>, shared: Arc<Shared>) {
+        // Pending events seen at the last look, while the emitter was still
+        // adding to them.
+        let mut seen = 0;
         loop {
             // Let the emitter that started this flush go on first: events it
             // emits right away join this write instead of needing another.
@@ -342,6 +349,20 @@ impl LiveTask {
                     loaded.flushing = false;
                     return;
                 }
+                // Events arrived since the last look: the emitter is
+                // producing as fast as it runs, so wait one more turn (up to
+                // FLUSH_BATCH_EVENTS) and commit them together. Committing
+                // each turn's one or two events instead made every
+                // subscriber's stream wake, encode and write per event
+                // (measured with 64 subscribers: 8 times the socket writes
+                // of a plain broadcast, and 2.5 times its CPU per event).
+                // An emitter that pauses is committed after one extra turn.
+                let n = loaded.pending.len();
+                if n > seen && n < FLUSH_BATCH_EVENTS {
+                    seen = n;
+                    continue;
+                }
+                seen = 0;
                 // Encoded under the lock: the write and the next committed
                 // copy, with no copy of the task itself.
                 (

@@ -72,12 +72,17 @@ impl TaskManager {
                 return;
             };
             yield Ok(task_event(snapshot));
-            let shutdown = shared.shutdown.clone();
+            // Made once: a fresh `cancelled()` per event would register
+            // with (and leave) the shutdown token's waiter list each time
+            // the stream waits, under the token's lock, for every
+            // subscriber of every event.
+            let shutdown = shared.shutdown.clone().cancelled_owned();
+            tokio::pin!(shutdown);
             loop {
                 let received = tokio::select! {
                     biased;
                     r = rx.recv() => r,
-                    _ = shutdown.cancelled() => {
+                    _ = &mut shutdown => {
                         yield Err(A2aError::Unavailable("server is shutting down".into()));
                         break;
                     }
