@@ -149,17 +149,7 @@ impl Target {
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    // Without the LIFO slot a task woken by the running one (an HTTP/2
-    // connection woken by a response) waits its turn in the run queue
-    // instead of running next, so a connection writes the responses of
-    // many requests in one syscall rather than one each. Measured on the
-    // benchmark suite's workloads: 10 to 18% more requests per second for
-    // this server (and about as much for a bare tonic server).
-    #[cfg(tokio_unstable)]
-    runtime.disable_lifo_slot();
-    runtime.build()?.block_on(run())
+    a2a_lifecycle::server::runtime()?.block_on(run())
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {

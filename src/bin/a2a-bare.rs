@@ -23,6 +23,10 @@
 //! benchmark's fan-out workload (one producer, many SubscribeToTask
 //! streams) runs against both servers unchanged: the floor there is a
 //! tokio broadcast channel feeding tonic streams.
+//!
+//! `--tuned` serves with the real server's runtime and connection settings
+//! (see `a2a_lifecycle::server`); by default tokio's and tonic's defaults
+//! apply, which is tonic's limit as most servers meet it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,6 +34,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use a2a_lifecycle::server::UnvectoredTcp;
 use clap::Parser;
 use futures_util::Stream;
 use futures_util::stream::{self, StreamExt};
@@ -74,6 +79,12 @@ struct Cli {
     /// address is logged to stderr as `addr=...`).
     #[arg(long, default_value = "127.0.0.1:50052")]
     listen: SocketAddr,
+    /// Run on the real server's runtime and connection settings (no LIFO
+    /// slot, no vectored writes: `a2a_lifecycle::server`) instead of
+    /// tokio's and tonic's defaults, so the real server's own overhead can
+    /// be told apart from what those settings gain any tonic server.
+    #[arg(long)]
+    tuned: bool,
 }
 
 /// A fan-out task in progress: what a new subscriber is sent first, and
@@ -435,9 +446,19 @@ impl A2aService for Bare {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let cli = Cli::parse();
+    let runtime = if cli.tuned {
+        a2a_lifecycle::server::runtime()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(serve(cli))
+}
+
+async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let listener = TcpListener::bind(cli.listen).await?;
     let addr = listener.local_addr()?;
     // The benchmark reads the port from this line (`--listen 127.0.0.1:0`).
@@ -447,12 +468,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let a2a = A2aServiceServer::new(Bare::new())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    Server::builder()
-        .add_service(a2a)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown_signal(),
-        )
-        .await?;
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let server = Server::builder().add_service(a2a);
+    if cli.tuned {
+        let incoming = incoming.map(|accepted| accepted.map(UnvectoredTcp));
+        server
+            .serve_with_incoming_shutdown(incoming, shutdown_signal())
+            .await?;
+    } else {
+        server
+            .serve_with_incoming_shutdown(incoming, shutdown_signal())
+            .await?;
+    }
     Ok(())
 }
