@@ -356,9 +356,10 @@ impl LiveTask {
                 // subscriber's stream wake, encode and write per event
                 // (measured with 64 subscribers: 8 times the socket writes
                 // of a plain broadcast, and 2.5 times its CPU per event).
-                // An emitter that pauses is committed after one extra turn.
+                // An emitter that pauses is committed after one extra turn;
+                // a task already terminal has nothing more coming.
                 let n = loaded.pending.len();
-                if n > seen && n < FLUSH_BATCH_EVENTS {
+                if n > seen && n < FLUSH_BATCH_EVENTS && !loaded.record.state().is_terminal() {
                     seen = n;
                     continue;
                 }
