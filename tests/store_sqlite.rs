@@ -158,3 +158,80 @@ mod origin_log {
         assert_eq!(found.expect("found").record.task.id, "new-0");
     }
 }
+
+mod origin_log_rollback {
+    //! A batch that rolls back must not leave its creating messages behind
+    //! in the writer's memory: each may create its task again.
+
+    use a2a_lifecycle::lifecycle::TaskRecord;
+    use a2a_lifecycle::proto::Message;
+    use a2a_lifecycle::store::{SqliteStore, StoreError, TaskStore};
+    use prost_types::Timestamp;
+    use sqlx::Connection;
+
+    fn submitted(id: &str, message_id: &str) -> TaskRecord {
+        let message = Message {
+            message_id: message_id.into(),
+            ..Default::default()
+        };
+        TaskRecord::submitted(id.into(), "c".into(), message, Timestamp::default())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rolled_back_batch_frees_its_messages() {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("store-sqlite")
+            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
+        let mut side = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        // Logging this message fails, which aborts its whole batch.
+        sqlx::query(
+            "CREATE TRIGGER boom BEFORE INSERT ON origin_log WHEN NEW.message_id = x'626f6f6d' \
+             BEGIN SELECT RAISE(ABORT, 'boom'); END",
+        )
+        .execute(&mut side)
+        .await
+        .unwrap();
+        let creates = (0..64).map(|i| {
+            let store = store.clone();
+            async move {
+                let message_id = if i == 32 {
+                    "boom".to_owned()
+                } else {
+                    format!("m{i}")
+                };
+                let result = store
+                    .create("", &submitted(&format!("t{i}"), &message_id))
+                    .await;
+                (i, message_id, result)
+            }
+        });
+        let results = futures_util::future::join_all(creates).await;
+        let failed: Vec<_> = results.iter().filter(|r| r.2.is_err()).collect();
+        assert!(
+            failed.iter().any(|r| r.1 == "boom"),
+            "the refused message failed"
+        );
+        sqlx::query("DROP TRIGGER boom")
+            .execute(&mut side)
+            .await
+            .unwrap();
+        for (i, message_id, result) in &results {
+            let again = store
+                .create("", &submitted(&format!("again-{i}"), message_id))
+                .await;
+            match result {
+                // Committed: the message is taken.
+                Ok(_) => assert!(
+                    matches!(&again, Err(StoreError::DuplicateMessage { task_id }) if *task_id == format!("t{i}")),
+                    "{message_id}: {again:?}"
+                ),
+                // Rolled back with the batch: the message is free.
+                Err(_) => assert_eq!(again, Ok(1), "{message_id} after its batch rolled back"),
+            }
+        }
+    }
+}

@@ -270,10 +270,10 @@ fn commit_batch(
     origins: &mut Origins,
 ) -> Vec<Result<Outcome, StoreError>> {
     let all_fail = |e: StoreError, origins: &mut Origins| {
-        // Entries this batch added to the log in memory were rolled back.
-        origins.stale = true;
+        origins.rolled_back(db);
         batch.iter().map(|_| Err(e.clone())).collect()
     };
+    origins.added.clear();
     // Prepared once and cached, like the writes: no parse per batch.
     let run = |sql: &str| db.prepare_cached(sql).and_then(|mut s| s.execute([]));
     if let Err(e) = run("BEGIN IMMEDIATE") {
@@ -323,9 +323,11 @@ type OriginKey = (Vec<u8>, Vec<u8>);
 /// of `origins`, which sets when the log is merged.
 pub(super) struct Origins {
     recent: HashMap<OriginKey, Vec<u8>>,
+    /// Keys the current batch added to `recent`.
+    added: Vec<OriginKey>,
     merged: usize,
-    /// The log in memory may differ from the table (a batch rolled back,
-    /// a purge deleted entries): reload it before the next batch.
+    /// The log in memory may differ from the table (reading it back after
+    /// a rollback failed): reload it before the next batch.
     stale: bool,
 }
 
@@ -334,6 +336,7 @@ impl Origins {
         let merged: i64 = db.query_row("SELECT COUNT(*) FROM origins", [], |r| r.get(0))?;
         let mut origins = Origins {
             recent: HashMap::new(),
+            added: Vec::new(),
             merged: merged as usize,
             stale: true,
         };
@@ -347,6 +350,18 @@ impl Origins {
         self.recent = rows.collect::<rusqlite::Result<_>>()?;
         self.stale = false;
         Ok(())
+    }
+
+    /// After a rollback: forgets what the batch added, then reads the log
+    /// back (a purge in the batch may have removed entries, now restored).
+    fn rolled_back(&mut self, db: &rusqlite::Connection) {
+        for key in self.added.drain(..) {
+            self.recent.remove(&key);
+        }
+        if let Err(e) = self.reload(db) {
+            tracing::warn!(error = %e, "sqlite origin log could not be read back");
+            self.stale = true;
+        }
     }
 
     /// The task created by `message_id` in `tenant`, if any.
@@ -368,10 +383,9 @@ impl Origins {
     fn append(&mut self, db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
         db.prepare_cached("INSERT INTO origin_log (tenant, message_id, task_id) VALUES (?, ?, ?)")?
             .execute(params![row.tenant, row.origin_message_id, row.id])?;
-        self.recent.insert(
-            (row.tenant.clone(), row.origin_message_id.clone()),
-            row.id.clone(),
-        );
+        let key = (row.tenant.clone(), row.origin_message_id.clone());
+        self.recent.insert(key.clone(), row.id.clone());
+        self.added.push(key);
         Ok(())
     }
 
@@ -521,20 +535,24 @@ fn apply(
                 state_list(&TERMINAL)
             );
             // A purged task's creating message may create a task again.
-            for table in ["origins", "origin_log"] {
-                db.prepare_cached(&format!(
-                    "DELETE FROM {table} WHERE (tenant, message_id) IN \
-                     (SELECT tenant, origin_message_id FROM tasks WHERE {purged} \
-                     AND origin_message_id <> x'')"
-                ))?
-                .execute(params![before.0, before.1])?;
+            let mut deleted = [0; 2];
+            for (table, deleted) in ["origins", "origin_log"].into_iter().zip(&mut deleted) {
+                *deleted = db
+                    .prepare_cached(&format!(
+                        "DELETE FROM {table} WHERE (tenant, message_id) IN \
+                         (SELECT tenant, origin_message_id FROM tasks WHERE {purged} \
+                         AND origin_message_id <> x'')"
+                    ))?
+                    .execute(params![before.0, before.1])?;
             }
             let n = db
                 .prepare_cached(&format!("DELETE FROM tasks WHERE {purged}"))?
                 .execute(params![before.0, before.1])?;
-            if n > 0 {
-                origins.stale = true;
-                origins.merged = origins.merged.saturating_sub(n);
+            origins.merged = origins.merged.saturating_sub(deleted[0]);
+            if deleted[1] > 0 {
+                // Within the transaction, so a create later in this batch
+                // sees the freed messages; a rollback reads the log back.
+                origins.reload(db).map_err(Failure::Abort)?;
             }
             Ok(Outcome::Purged(n as u64))
         }
