@@ -8,17 +8,15 @@
 //! executors, then tonic stops accepting and drains in-flight calls.
 
 use std::future::Future;
-use std::sync::Arc;
-
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio::net::TcpListener;
-use tonic::service::Routes;
-use tonic::transport::Server;
 
 use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
+use tonic::service::Routes;
+use tonic::transport::Server;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 use crate::agent::AgentRouter;

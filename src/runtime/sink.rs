@@ -223,7 +223,7 @@ impl EventSink {
 
     async fn emit_as(&self, event: TaskEvent, origin: Origin) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
-        let (live, answer) = match &mut *mode {
+        let (live, mut answer) = match &mut *mode {
             SinkMode::Pending { .. } => {
                 let (live, answer) = self.create_task(&mut mode).await;
                 (live, Some(answer))
@@ -237,7 +237,7 @@ impl EventSink {
         // background (batched with its neighbours); the agent waits for the
         // commit only when the task's backlog is full, or for the server's
         // own events.
-        let mut answer = answer;
+        let creates = answer.is_some();
         let submitted = match live.lock_loaded(shared).await {
             Ok(mut state) => {
                 let backlogged = LiveTask::backlogged(&state);
@@ -247,10 +247,8 @@ impl EventSink {
                             // The new task exists once this first write
                             // commits; only then is the client answered.
                             LiveTask::answer_on_commit_locked(&mut state, answer);
-                            (commit, backlogged, true)
-                        } else {
-                            (commit, backlogged, false)
                         }
+                        (commit, backlogged)
                     })
                     .map_err(SinkError::from)
             }
@@ -259,7 +257,7 @@ impl EventSink {
             }
             Err(other) => Err(SinkError::Store(StoreError::Internal(other.to_string()))),
         };
-        let (commit, backlogged, creates) = match submitted {
+        let (commit, backlogged) = match submitted {
             Ok(ok) => ok,
             Err(e) => {
                 // Still owed: a later event (at worst the FAILED that ends

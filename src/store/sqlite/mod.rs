@@ -164,27 +164,25 @@ impl SqliteStore {
 fn lock_exclusively(path: &Path) -> Result<std::fs::File, StoreError> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push(".lock");
+    let lock_path = std::path::PathBuf::from(lock_path);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&lock_path)
         .map_err(|e| {
-            StoreError::Unavailable(format!(
-                "cannot open {}: {e}",
-                Path::new(&lock_path).display()
-            ))
+            StoreError::Unavailable(format!("cannot open {}: {e}", lock_path.display()))
         })?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Unavailable(format!(
             "{} is in use by another server (it holds {})",
             path.display(),
-            Path::new(&lock_path).display()
+            lock_path.display()
         ))),
         Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Unavailable(format!(
             "cannot lock {}: {e}",
-            Path::new(&lock_path).display()
+            lock_path.display()
         ))),
     }
 }

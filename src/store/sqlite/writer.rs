@@ -318,11 +318,16 @@ impl From<rusqlite::Error> for Failure {
 
 type OriginKey = (Vec<u8>, Vec<u8>);
 
+/// Logged creating messages: tenant, then message id, to the task id.
+/// Nested so a lookup borrows its keys instead of building a tuple of
+/// owned copies on every create.
+type Recent = HashMap<Vec<u8>, HashMap<Vec<u8>, Vec<u8>>>;
+
 /// The writer's view of the creating messages: `origin_log`'s entries in
 /// memory (the log has no index, so lookups in it are these), and the size
 /// of `origins`, which sets when the log is merged.
 pub(super) struct Origins {
-    recent: HashMap<OriginKey, Vec<u8>>,
+    recent: Recent,
     /// Keys the current batch added to `recent`.
     added: Vec<OriginKey>,
     merged: usize,
@@ -346,8 +351,15 @@ impl Origins {
 
     fn reload(&mut self, db: &rusqlite::Connection) -> rusqlite::Result<()> {
         let mut stmt = db.prepare("SELECT tenant, message_id, task_id FROM origin_log")?;
-        let rows = stmt.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
-        self.recent = rows.collect::<rusqlite::Result<_>>()?;
+        let mut rows = stmt.query([])?;
+        let mut recent = Recent::new();
+        while let Some(row) = rows.next()? {
+            recent
+                .entry(row.get(0)?)
+                .or_default()
+                .insert(row.get(1)?, row.get(2)?);
+        }
+        self.recent = recent;
         self.stale = false;
         Ok(())
     }
@@ -355,8 +367,10 @@ impl Origins {
     /// After a rollback: forgets what the batch added, then reads the log
     /// back (a purge in the batch may have removed entries, now restored).
     fn rolled_back(&mut self, db: &rusqlite::Connection) {
-        for key in self.added.drain(..) {
-            self.recent.remove(&key);
+        for (tenant, message_id) in self.added.drain(..) {
+            if let Some(messages) = self.recent.get_mut(&tenant) {
+                messages.remove(&message_id);
+            }
         }
         if let Err(e) = self.reload(db) {
             tracing::warn!(error = %e, "sqlite origin log could not be read back");
@@ -371,7 +385,7 @@ impl Origins {
         tenant: &[u8],
         message_id: &[u8],
     ) -> rusqlite::Result<Option<Vec<u8>>> {
-        if let Some(id) = self.recent.get(&(tenant.to_vec(), message_id.to_vec())) {
+        if let Some(id) = self.recent.get(tenant).and_then(|m| m.get(message_id)) {
             return Ok(Some(id.clone()));
         }
         db.prepare_cached("SELECT task_id FROM origins WHERE tenant = ? AND message_id = ?")?
@@ -383,9 +397,12 @@ impl Origins {
     fn append(&mut self, db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
         db.prepare_cached("INSERT INTO origin_log (tenant, message_id, task_id) VALUES (?, ?, ?)")?
             .execute(params![row.tenant, row.origin_message_id, row.id])?;
-        let key = (row.tenant.clone(), row.origin_message_id.clone());
-        self.recent.insert(key.clone(), row.id.clone());
-        self.added.push(key);
+        self.recent
+            .entry(row.tenant.clone())
+            .or_default()
+            .insert(row.origin_message_id.clone(), row.id.clone());
+        self.added
+            .push((row.tenant.clone(), row.origin_message_id.clone()));
         Ok(())
     }
 
@@ -400,7 +417,8 @@ impl Origins {
         if self.stale {
             self.reload(db)?;
         }
-        if self.recent.len() < self.merge_at() {
+        let logged: usize = self.recent.values().map(HashMap::len).sum();
+        if logged < self.merge_at() {
             return Ok(());
         }
         let run = |sql: &str| db.prepare_cached(sql).and_then(|mut s| s.execute([]));
