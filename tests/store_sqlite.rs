@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use a2a_lifecycle::store::{SqliteStore, TaskStore};
 
-store_conformance::store_conformance_tests!(|| async {
-    // Under cargo's per-target scratch folder, one file per test.
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+/// A fresh database file under cargo's per-target scratch folder.
+fn scratch_db() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("store-sqlite")
-        .join(format!("{}.db", uuid::Uuid::new_v4()));
-    let store = SqliteStore::open(path).await.unwrap();
+        .join(format!("{}.db", uuid::Uuid::new_v4()))
+}
+
+store_conformance::store_conformance_tests!(|| async {
+    let store = SqliteStore::open(scratch_db()).await.unwrap();
     Arc::new(store) as Arc<dyn TaskStore>
 });
 
@@ -20,7 +23,7 @@ mod origin_log {
     //! SQLite-only: the creating messages are appended to a log and merged
     //! into a sorted table in bulk (`src/store/sqlite/writer.rs`).
     //! Idempotency must hold on both sides of a merge, across a restart,
-    //! and after retention purges.
+    //! after retention purges, and after a batch rolls back.
 
     use a2a_lifecycle::lifecycle::TaskRecord;
     use a2a_lifecycle::proto::{Message, TaskState};
@@ -29,7 +32,8 @@ mod origin_log {
     use prost_types::Timestamp;
     use sqlx::Connection;
 
-    fn completed(id: &str, message_id: &str) -> TaskRecord {
+    /// A COMPLETED task created by `message_id`, old enough to purge.
+    fn record(id: &str, message_id: &str) -> TaskRecord {
         let message = Message {
             message_id: message_id.into(),
             ..Default::default()
@@ -66,7 +70,7 @@ mod origin_log {
     }
 
     async fn assert_duplicate(store: &SqliteStore, i: usize) {
-        let again = completed(&format!("again-{i}"), &format!("m{i}"));
+        let again = record(&format!("again-{i}"), &format!("m{i}"));
         match store.create("", &again).await {
             Err(StoreError::DuplicateMessage { task_id }) => assert_eq!(task_id, format!("t{i}")),
             other => panic!("message m{i}: expected DuplicateMessage, got {other:?}"),
@@ -77,9 +81,7 @@ mod origin_log {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idempotency_holds_across_merges_restarts_and_purges() {
-        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join("store-sqlite")
-            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let path = super::scratch_db();
         let store = SqliteStore::open(&path).await.unwrap();
         // One process owns a database: a second open is refused.
         match SqliteStore::open(&path).await {
@@ -95,7 +97,7 @@ mod origin_log {
                 let store = store.clone();
                 async move {
                     store
-                        .create("", &completed(&format!("t{i}"), &format!("m{i}")))
+                        .create("", &record(&format!("t{i}"), &format!("m{i}")))
                         .await
                 }
             });
@@ -116,7 +118,7 @@ mod origin_log {
         for i in [0, n / 2, n - 1] {
             assert_duplicate(&store, i).await;
         }
-        let twice = [completed("x1", "mx"), completed("x2", "mx")];
+        let twice = [record("x1", "mx"), record("x2", "mx")];
         let (a, b) = futures_util::join!(store.create("", &twice[0]), store.create("", &twice[1]));
         assert!(
             matches!(
@@ -149,7 +151,7 @@ mod origin_log {
         for i in [0, n - 1] {
             assert_eq!(
                 store
-                    .create("", &completed(&format!("new-{i}"), &format!("m{i}")))
+                    .create("", &record(&format!("new-{i}"), &format!("m{i}")))
                     .await,
                 Ok(1)
             );
@@ -157,31 +159,12 @@ mod origin_log {
         let found = store.find_by_origin("", "m0").await.unwrap();
         assert_eq!(found.expect("found").record.task.id, "new-0");
     }
-}
 
-mod origin_log_rollback {
-    //! A batch that rolls back must not leave its creating messages behind
-    //! in the writer's memory: each may create its task again.
-
-    use a2a_lifecycle::lifecycle::TaskRecord;
-    use a2a_lifecycle::proto::Message;
-    use a2a_lifecycle::store::{SqliteStore, StoreError, TaskStore};
-    use prost_types::Timestamp;
-    use sqlx::Connection;
-
-    fn submitted(id: &str, message_id: &str) -> TaskRecord {
-        let message = Message {
-            message_id: message_id.into(),
-            ..Default::default()
-        };
-        TaskRecord::submitted(id.into(), "c".into(), message, Timestamp::default())
-    }
-
+    /// A batch that rolls back must not leave its creating messages behind
+    /// in the writer's memory: each may create its task again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rolled_back_batch_frees_its_messages() {
-        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join("store-sqlite")
-            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let path = super::scratch_db();
         let store = SqliteStore::open(&path).await.unwrap();
         let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
         let mut side = sqlx::SqliteConnection::connect_with(&options)
@@ -204,7 +187,7 @@ mod origin_log_rollback {
                     format!("m{i}")
                 };
                 let result = store
-                    .create("", &submitted(&format!("t{i}"), &message_id))
+                    .create("", &record(&format!("t{i}"), &message_id))
                     .await;
                 (i, message_id, result)
             }
@@ -221,7 +204,7 @@ mod origin_log_rollback {
             .unwrap();
         for (i, message_id, result) in &results {
             let again = store
-                .create("", &submitted(&format!("again-{i}"), message_id))
+                .create("", &record(&format!("again-{i}"), message_id))
                 .await;
             match result {
                 // Committed: the message is taken.
