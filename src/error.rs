@@ -54,6 +54,25 @@ pub enum A2aError {
     /// (spec §3.6.2).
     #[error("A2A version {requested:?} is not supported; this interface serves 1.0")]
     VersionNotSupported { requested: String },
+    /// ContentTypeNotSupportedError: a message part's media type is not
+    /// among the input modes the agent's card declares (spec §3.3.2,
+    /// §5.4: INVALID_ARGUMENT).
+    #[error(
+        "media type {media_type:?} of {field} is not accepted by this agent; it accepts {accepted:?}"
+    )]
+    ContentTypeNotSupported {
+        field: String,
+        media_type: String,
+        accepted: Vec<String>,
+    },
+    /// A named limit was reached (a task's queue of follow-up messages);
+    /// the request may be retried once the limit frees up.
+    #[error("{message}")]
+    ResourceExhausted {
+        message: String,
+        task_id: Option<String>,
+        limit: &'static str,
+    },
     /// Request validation failed (spec §3.3.2, validation errors).
     #[error("invalid request: {}", describe(.0))]
     InvalidArgument(Vec<FieldViolation>),
@@ -102,7 +121,10 @@ impl A2aError {
             | A2aError::ExtendedAgentCardNotConfigured
             | A2aError::ExtensionSupportRequired { .. }
             | A2aError::VersionNotSupported { .. } => Code::FailedPrecondition,
-            A2aError::InvalidArgument(_) => Code::InvalidArgument,
+            A2aError::InvalidArgument(_) | A2aError::ContentTypeNotSupported { .. } => {
+                Code::InvalidArgument
+            }
+            A2aError::ResourceExhausted { .. } => Code::ResourceExhausted,
             A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => Code::Internal,
             A2aError::Unavailable(_) => Code::Unavailable,
         }
@@ -119,6 +141,8 @@ impl A2aError {
             A2aError::ExtensionSupportRequired { .. } => "EXTENSION_SUPPORT_REQUIRED",
             A2aError::VersionNotSupported { .. } => "VERSION_NOT_SUPPORTED",
             A2aError::InvalidArgument(_) => "INVALID_PARAMS",
+            A2aError::ContentTypeNotSupported { .. } => "CONTENT_TYPE_NOT_SUPPORTED",
+            A2aError::ResourceExhausted { .. } => "RESOURCE_EXHAUSTED",
             A2aError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
             A2aError::Unavailable(_) => "UNAVAILABLE",
             A2aError::Internal(_) => "INTERNAL",
@@ -130,7 +154,8 @@ impl A2aError {
             A2aError::TaskNotFound { task_id } | A2aError::TaskNotCancelable { task_id, .. } => {
                 Some(task_id.clone())
             }
-            A2aError::UnsupportedOperation { task_id, .. } => task_id.clone(),
+            A2aError::UnsupportedOperation { task_id, .. }
+            | A2aError::ResourceExhausted { task_id, .. } => task_id.clone(),
             _ => None,
         };
         let mut metadata = HashMap::new();
@@ -143,6 +168,18 @@ impl A2aError {
             }
             A2aError::ExtensionSupportRequired { uri } => {
                 metadata.insert("extension".to_owned(), uri.clone());
+            }
+            A2aError::ContentTypeNotSupported {
+                field,
+                media_type,
+                accepted,
+            } => {
+                metadata.insert("field".to_owned(), field.clone());
+                metadata.insert("media_type".to_owned(), media_type.clone());
+                metadata.insert("accepted_media_types".to_owned(), accepted.join(","));
+            }
+            A2aError::ResourceExhausted { limit, .. } => {
+                metadata.insert("limit".to_owned(), (*limit).to_owned());
             }
             A2aError::VersionNotSupported { requested } => {
                 metadata.insert("requested_version".to_owned(), requested.clone());
@@ -157,10 +194,16 @@ impl A2aError {
 impl From<A2aError> for Status {
     fn from(err: A2aError) -> Status {
         let mut details = ErrorDetails::with_error_info(err.reason(), ERROR_DOMAIN, err.metadata());
-        if let A2aError::InvalidArgument(violations) = &err {
-            for v in violations {
-                details.add_bad_request_violation(v.field.clone(), v.description.clone());
+        match &err {
+            A2aError::InvalidArgument(violations) => {
+                for v in violations {
+                    details.add_bad_request_violation(v.field.clone(), v.description.clone());
+                }
             }
+            A2aError::ContentTypeNotSupported { field, .. } => {
+                details.add_bad_request_violation(field.clone(), err.to_string());
+            }
+            _ => {}
         }
         Status::with_error_details(err.code(), err.to_string(), details)
     }

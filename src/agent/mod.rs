@@ -30,8 +30,16 @@ pub struct RequestContext {
     /// filled in.
     pub message: Message,
     /// The task as it was when the run started, the message already in its
-    /// history; `None` for a message that may create a new task.
+    /// history (with any messages accepted after it while an earlier run
+    /// was going); `None` for a message that may create a new task.
     pub task: Option<Task>,
+    /// The request's own metadata (spec §3.2.5): `SendMessageRequest.metadata`
+    /// for a run, `CancelTaskRequest.metadata` for the cancel hook. The
+    /// message's metadata is `message.metadata`.
+    pub metadata: Option<prost_types::Struct>,
+    /// `SendMessageConfiguration.accepted_output_modes` (spec §3.2.2): the
+    /// media types the client accepts in responses; empty means any.
+    pub accepted_output_modes: Vec<String>,
     /// Cancelled when a client cancels the task or the server shuts down;
     /// long-running executors should watch it.
     pub cancelled: CancellationToken,
@@ -77,8 +85,11 @@ pub enum AgentError {
 /// while the task is interrupted (INPUT_REQUIRED, AUTH_REQUIRED) or terminal;
 /// returning while it is still SUBMITTED or WORKING fails the task.
 ///
-/// Runs on one task never overlap: a message for a task whose run is still
-/// going waits for it to end (spec §3.4 multi-turn, one executor per task).
+/// Runs on one task never overlap (spec §3.4 multi-turn, one executor per
+/// task): a message that arrives while a run is going is committed to the
+/// task's history at once and starts the next run when the current one
+/// ends; `ctx.task` then holds everything said so far. A task that became
+/// terminal meanwhile starts no further run.
 #[async_trait]
 pub trait AgentExecutor: Send + Sync + 'static {
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError>;

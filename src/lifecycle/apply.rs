@@ -52,6 +52,10 @@ pub enum TaskEvent {
     Artifact(ArtifactUpdate),
     /// A client message continuing the task (spec §3.4.3).
     UserMessage(Message),
+    /// Keys of `Task.metadata` set by the agent (spec §4.1.1): each replaces
+    /// the task's value for that key, and a null value removes the key. Not
+    /// a stream event: readers and snapshots show it.
+    Metadata(Struct),
 }
 
 /// Why an event could not be applied. The task is left unchanged.
@@ -147,6 +151,25 @@ impl TaskRecord {
                     self.push_history(question);
                 }
                 self.task.history.push(message);
+                Ok(None)
+            }
+            TaskEvent::Metadata(update) => {
+                use prost_types::value::Kind;
+                let fields = &mut self
+                    .task
+                    .metadata
+                    .get_or_insert_with(Default::default)
+                    .fields;
+                for (key, value) in update.fields {
+                    if matches!(value.kind, None | Some(Kind::NullValue(_))) {
+                        fields.remove(&key);
+                    } else {
+                        fields.insert(key, value);
+                    }
+                }
+                if fields.is_empty() {
+                    self.task.metadata = None;
+                }
                 Ok(None)
             }
         }
@@ -385,6 +408,7 @@ mod tests {
                 .chain([
                     artifact("a", "x", false, false),
                     TaskEvent::UserMessage(message("u2", Role::User, "more")),
+                    TaskEvent::Metadata(meta(&[("k", Some("v"))])),
                 ])
                 .collect::<Vec<_>>();
             for event in events {
@@ -419,10 +443,57 @@ mod tests {
                             assert_eq!(r.task.history.len(), 2);
                             assert_eq!(out, None);
                         }
+                        TaskEvent::Metadata(_) => {
+                            assert!(r.task.metadata.as_ref().unwrap().fields.contains_key("k"));
+                            assert_eq!(out, None);
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// A metadata struct: `None` values are JSON null.
+    fn meta(pairs: &[(&str, Option<&str>)]) -> Struct {
+        use prost_types::{Value, value::Kind};
+        Struct {
+            fields: pairs
+                .iter()
+                .map(|(k, v)| {
+                    let kind = match v {
+                        Some(s) => Kind::StringValue((*s).into()),
+                        None => Kind::NullValue(0),
+                    };
+                    ((*k).to_owned(), Value { kind: Some(kind) })
+                })
+                .collect(),
+        }
+    }
+
+    /// Task metadata: keys replace, null removes, empty leaves none.
+    #[test]
+    fn metadata_sets_replaces_and_removes_keys() {
+        let mut r = record();
+        r.apply(
+            TaskEvent::Metadata(meta(&[("a", Some("1")), ("b", Some("2"))])),
+            ts(2),
+            TransitionPolicy::Permissive,
+        )
+        .unwrap();
+        r.apply(
+            TaskEvent::Metadata(meta(&[("a", Some("3")), ("b", None)])),
+            ts(3),
+            TransitionPolicy::Permissive,
+        )
+        .unwrap();
+        assert_eq!(r.task.metadata, Some(meta(&[("a", Some("3"))])));
+        r.apply(
+            TaskEvent::Metadata(meta(&[("a", None)])),
+            ts(4),
+            TransitionPolicy::Permissive,
+        )
+        .unwrap();
+        assert_eq!(r.task.metadata, None);
     }
 
     #[test]

@@ -16,36 +16,107 @@
 //! told before it is committed; a client request that changes the task
 //! (a message, a cancel) waits for its own commit before answering.
 //!
+//! Runs are tracked here too ([`Runs`]): at most one executor runs per
+//! task, and a client message accepted while one runs is committed to
+//! history at once and queued; the flush that commits it marks it ready,
+//! and the next run starts when the current one ends (or is dropped if the
+//! task became terminal meanwhile: the message stays in history).
+//!
 //! [`submit`]: LiveTask::submit_locked
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{MutexGuard, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::sink::NewTaskAnswer;
+use super::sink::{NewTaskAnswer, SinkMode};
 use super::{Shared, TaskHandle, TaskKey, now, store_error};
+use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{ApplyError, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy};
-use crate::proto::{StreamResponse, Task, TaskState, stream_response::Payload};
+use crate::proto::{Message, StreamResponse, Task, TaskState, stream_response::Payload};
 use crate::store::{EncodedTask, StoreError};
 
-/// What blocking waiters watch: the state, how many status events have been
-/// applied, and how many runs have finished.
+/// What blocking waiters watch: the committed state, how many status
+/// events have been committed, and where the task's runs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
     pub state: TaskState,
     pub status_seq: u64,
+    /// The number of the run executing or last executed (runs are numbered
+    /// from 1 on each live task; 0: none yet).
+    pub runs_started: u64,
+    /// `status_seq` when run `runs_started` began: a status committed after
+    /// it belongs to that run or later.
+    pub run_status_seq: u64,
     pub runs_finished: u64,
     /// Writes the store refused (other than version conflicts).
     pub write_failures: u64,
 }
 
-/// What a task's broadcast carries: an applied event, or the error that
-/// ends every open stream when a change could not be committed.
-pub(crate) type Broadcast = Arc<Result<StreamResponse, A2aError>>;
+/// What a task's broadcast carries. Always behind an `Arc` (one allocation
+/// per broadcast, shared by every subscriber), so the variants' sizes do not
+/// matter.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Signal {
+    /// A committed event, with the number of the run that was current when
+    /// it was accepted (a stream of a follow-up message closes at
+    /// INPUT_REQUIRED only from its own run on).
+    Event { run: u64, event: StreamResponse },
+    /// No run is active or queued and the task is interrupted: nothing more
+    /// happens without a client, so open streams end.
+    Idle,
+    /// A change could not be committed: every open stream ends with it.
+    Failed(A2aError),
+}
+
+pub(crate) type Broadcast = Arc<Signal>;
+
+/// Follow-up messages a task may hold queued behind its running executor
+/// (spec §3.2.2: a non-blocking send returns at once, so the queue is where
+/// they wait). One more is refused with RESOURCE_EXHAUSTED.
+pub const MAX_QUEUED_MESSAGES: usize = 32;
+
+/// What a run is started with: the agent and the request that asked for
+/// it. The task itself is read when the run starts.
+pub(crate) struct RunRequest {
+    pub(crate) agent: Arc<dyn AgentExecutor>,
+    pub(crate) message: Message,
+    pub(crate) metadata: Option<prost_types::Struct>,
+    pub(crate) accepted_output_modes: Vec<String>,
+}
+
+/// A follow-up message waiting for its run.
+struct Queued {
+    seq: u64,
+    request: RunRequest,
+    /// Its message is committed to history: the run may start.
+    committed: bool,
+}
+
+/// A task's executor runs: at most one at a time, the rest queued in the
+/// order their messages entered history.
+#[derive(Default)]
+pub(crate) struct Runs {
+    active: bool,
+    /// The run executing or last executed.
+    started: u64,
+    /// Runs started or queued: the number the next message's run gets,
+    /// minus one.
+    reserved: u64,
+    queue: VecDeque<Queued>,
+    /// The running executor's cancellation, for CancelTask.
+    cancel: Option<CancellationToken>,
+}
+
+impl Runs {
+    fn idle(&self) -> bool {
+        !self.active && self.queue.is_empty()
+    }
+}
 
 /// The cached task and the broadcast to its subscribers. The sender is
 /// created on first subscription: most tasks are never streamed, and the
@@ -76,6 +147,10 @@ pub(crate) struct Loaded {
 struct Pending {
     event: TaskEvent,
     origin: Origin,
+    /// The run current when it was accepted.
+    run: u64,
+    /// A follow-up message whose queued run waits for this commit.
+    follow_up: Option<u64>,
     out: Option<StreamResponse>,
     notify: Vec<oneshot::Sender<Result<(), StoreError>>>,
     /// The creating request's answer, when this event's write creates the
@@ -172,9 +247,8 @@ pub(crate) struct LiveTask {
     /// `None` until loaded from the store (or after a failed write).
     state: tokio::sync::Mutex<Option<Loaded>>,
     pub(crate) progress: watch::Sender<Progress>,
-    /// Held for the whole of an executor run.
-    pub(crate) run_lock: Arc<tokio::sync::Mutex<()>>,
-    run_cancel: Mutex<Option<CancellationToken>>,
+    /// Locked after `state` when both are held, never across an await.
+    runs: Mutex<Runs>,
 }
 
 impl Drop for LiveTask {
@@ -211,11 +285,12 @@ impl LiveTask {
             progress: watch::Sender::new(Progress {
                 state: TaskState::Unspecified,
                 status_seq: 0,
+                runs_started: 0,
+                run_status_seq: 0,
                 runs_finished: 0,
                 write_failures: 0,
             }),
-            run_lock: Arc::new(tokio::sync::Mutex::new(())),
-            run_cancel: Mutex::new(None),
+            runs: Mutex::new(Runs::default()),
         }
     }
 
@@ -277,9 +352,12 @@ impl LiveTask {
             .record
             .apply(event.clone(), now(), policy(shared, origin))?;
         let (tx, rx) = oneshot::channel();
+        let run = self.runs().started;
         loaded.pending.push(Pending {
             event,
             origin,
+            run,
+            follow_up: None,
             out,
             notify: vec![tx],
             answer: None,
@@ -388,14 +466,22 @@ impl LiveTask {
                     loaded.version = version;
                     loaded.committed = Some(write);
                     let done: Vec<Pending> = loaded.pending.drain(..count).collect();
+                    let mut follow_ups = false;
                     for p in done {
-                        self.publish(loaded, p.out);
+                        self.publish(loaded, p.run, p.out);
                         for n in p.notify {
                             let _ = n.send(Ok(()));
                         }
                         if let Some(answer) = p.answer {
                             answer.deliver(Ok(()), &shared);
                         }
+                        if let Some(seq) = p.follow_up {
+                            follow_ups = true;
+                            self.runs().mark_committed(seq);
+                        }
+                    }
+                    if follow_ups {
+                        self.dispatch_locked(&shared, loaded);
                     }
                 }
                 Err(e) if version == 0 => {
@@ -466,7 +552,8 @@ impl LiveTask {
     /// the error, open streams end with it (they must not hang waiting for
     /// events that were never recorded), blocking waiters wake up, and the
     /// agent hears of it at its next event.
-    fn drop_pending(&self, shared: &Arc<Shared>, loaded: &mut Loaded, e: StoreError) {
+    fn drop_pending(self: &Arc<Self>, shared: &Arc<Shared>, loaded: &mut Loaded, e: StoreError) {
+        let mut follow_ups = false;
         for p in loaded.pending.drain(..) {
             for n in p.notify {
                 let _ = n.send(Err(e.clone()));
@@ -474,9 +561,14 @@ impl LiveTask {
             if let Some(answer) = p.answer {
                 answer.deliver(Err(&e), shared);
             }
+            if let Some(seq) = p.follow_up {
+                // Its message never reached history: no run for it.
+                follow_ups = true;
+                self.runs().queue.retain(|q| q.seq != seq);
+            }
         }
         if let Some(tx) = &loaded.events {
-            let _ = tx.send(Arc::new(Err(store_error(e.clone()))));
+            let _ = tx.send(Arc::new(Signal::Failed(store_error(e.clone()))));
         }
         // Back to the committed copy (always present while events were
         // pending); the flush reloads from the store if it cannot be read.
@@ -485,9 +577,12 @@ impl LiveTask {
         }
         loaded.failure = Some(e);
         self.progress.send_modify(|p| p.write_failures += 1);
+        if follow_ups {
+            self.dispatch_locked(shared, loaded);
+        }
     }
 
-    fn publish(&self, loaded: &mut Loaded, out: Option<StreamResponse>) {
+    fn publish(&self, loaded: &mut Loaded, run: u64, out: Option<StreamResponse>) {
         let Some(out) = out else { return };
         if let Some(Payload::StatusUpdate(update)) = &out.payload {
             let state = update
@@ -504,19 +599,27 @@ impl LiveTask {
             && tx.receiver_count() > 0
         {
             // Err only when every receiver is gone; nothing to do then.
-            let _ = tx.send(Arc::new(Ok(out)));
+            let _ = tx.send(Arc::new(Signal::Event { run, event: out }));
         }
     }
 
     /// A request's handle on the task, taken under the lock so that the
     /// snapshot and the subscription start at the same point.
+    /// `run` is the run the request is about (its message's, or for a
+    /// subscriber the latest reserved one: `None`).
     pub(crate) fn handle(
         self: &Arc<Self>,
         loaded: &mut Loaded,
         history: HistoryLength,
         subscribe: bool,
+        run: Option<u64>,
     ) -> TaskHandle {
         let events = subscribe.then(|| self.subscribe_locked(loaded));
+        let (run, idle) = {
+            let runs = self.runs();
+            (run.unwrap_or(runs.reserved), runs.idle())
+        };
+        let run_started = self.status_from_run(run);
         TaskHandle {
             live: self.clone(),
             snapshot: task_view(&loaded.task(), history, true),
@@ -524,11 +627,16 @@ impl LiveTask {
             baseline: *self.progress.borrow(),
             history,
             settled: false,
+            run,
+            idle,
+            run_started,
         }
     }
 
     /// The handle for a repeated request: the task as it is. Settled (no
-    /// waiting, no further events) unless a run is still working on it.
+    /// waiting, no further events) when nothing more can happen to it
+    /// without a client: terminal, or interrupted with no run active or
+    /// queued. Otherwise it follows the runs reserved so far.
     pub(crate) async fn duplicate_handle(
         self: &Arc<Self>,
         shared: &Shared,
@@ -537,24 +645,11 @@ impl LiveTask {
     ) -> Result<super::SendOutcome, A2aError> {
         let mut guard = self.lock_loaded(shared).await?;
         let loaded = guard.as_mut().expect("loaded");
-        let settled = loaded.committed_state().ends_blocking_wait();
-        let mut handle = self.handle(loaded, history, subscribe && !settled);
+        let state = loaded.committed_state();
+        let settled = state.is_terminal() || (state.is_interrupted() && self.runs().idle());
+        let mut handle = self.handle(loaded, history, subscribe && !settled, None);
         handle.settled = settled;
         Ok(super::SendOutcome::Task(Box::new(handle)))
-    }
-
-    /// Whether the task's history holds a client message with this id.
-    pub(crate) async fn holds_message(
-        &self,
-        shared: &Shared,
-        message_id: &str,
-    ) -> Result<bool, A2aError> {
-        let guard = self.lock_loaded(shared).await?;
-        let task = &guard.as_ref().expect("loaded").record.task;
-        Ok(task
-            .history
-            .iter()
-            .any(|m| m.message_id == message_id && m.role == crate::proto::Role::User as i32))
     }
 
     fn subscribe_locked(&self, loaded: &mut Loaded) -> broadcast::Receiver<Broadcast> {
@@ -570,15 +665,30 @@ impl LiveTask {
     }
 
     /// A fresh snapshot and a new subscription from the same point, for a
-    /// subscriber that fell behind.
+    /// subscriber that fell behind; with whether the task's runs are idle
+    /// then, and whether its status comes from run `run` or a later one.
     pub(crate) async fn resubscribe(
         &self,
         shared: &Shared,
-    ) -> Result<(Task, broadcast::Receiver<Broadcast>), A2aError> {
+        run: u64,
+    ) -> Result<(Task, broadcast::Receiver<Broadcast>, bool, bool), A2aError> {
         let mut guard = self.lock_loaded(shared).await?;
         let loaded = guard.as_mut().expect("loaded");
         let rx = self.subscribe_locked(loaded);
-        Ok((loaded.task().into_owned(), rx))
+        let idle = self.runs().idle();
+        Ok((
+            loaded.task().into_owned(),
+            rx,
+            idle,
+            self.status_from_run(run),
+        ))
+    }
+
+    /// Whether the committed status was set during run `run` or a later
+    /// one (read under the task's lock, with the committed copy).
+    fn status_from_run(&self, run: u64) -> bool {
+        let p = *self.progress.borrow();
+        p.runs_started > run || (p.runs_started == run && p.status_seq > p.run_status_seq)
     }
 
     /// The current task as a reader asked for it.
@@ -593,16 +703,157 @@ impl LiveTask {
         Ok(task_view(&loaded.task(), history, include_artifacts))
     }
 
-    pub(crate) fn set_run_cancel(&self, token: Option<CancellationToken>) {
-        *self.run_cancel.lock().expect("run_cancel poisoned") = token;
+    fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
+        // Poisoning would need a panic while it is held, and nothing held
+        // under it panics; recover the data rather than spread the panic.
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The running executor's cancellation, taken (CancelTask).
     pub(crate) fn take_run_cancel(&self) -> Option<CancellationToken> {
-        self.run_cancel.lock().expect("run_cancel poisoned").take()
+        self.runs().cancel.take()
     }
 
-    pub(crate) fn finish_run(&self) {
-        self.set_run_cancel(None);
+    /// Whether the history (committed or pending) holds a client message
+    /// with this id.
+    pub(crate) fn holds_message_locked(loaded: &Loaded, message_id: &str) -> bool {
+        loaded
+            .record
+            .task
+            .history
+            .iter()
+            .any(|m| m.message_id == message_id && m.role == crate::proto::Role::User as i32)
+    }
+
+    /// How many follow-up messages wait for a run.
+    pub(crate) fn queued(&self) -> usize {
+        self.runs().queue.len()
+    }
+
+    /// The first run of a new task, started by its creating message.
+    pub(crate) fn begin_first_run(&self, cancel: CancellationToken) {
+        let mut runs = self.runs();
+        runs.active = true;
+        runs.started = 1;
+        runs.reserved = 1;
+        runs.cancel = Some(cancel);
+        drop(runs);
+        self.progress.send_modify(|p| {
+            p.runs_started = 1;
+            p.run_status_seq = p.status_seq;
+        });
+    }
+
+    /// Reserves the run of the follow-up message just submitted under
+    /// `guard` (so runs are numbered in history order); it starts once that
+    /// message is committed and every earlier run has ended. Returns the
+    /// run's number.
+    pub(crate) fn queue_run_locked(&self, guard: &mut StateGuard<'_>, request: RunRequest) -> u64 {
+        let mut runs = self.runs();
+        runs.reserved += 1;
+        let seq = runs.reserved;
+        runs.queue.push_back(Queued {
+            seq,
+            request,
+            committed: false,
+        });
+        drop(runs);
+        if let Some(last) = guard.as_mut().and_then(|l| l.pending.last_mut()) {
+            last.follow_up = Some(seq);
+        }
+        seq
+    }
+
+    /// The current run ended: starts the next queued one, if any may run.
+    pub(crate) async fn finish_run(self: &Arc<Self>, shared: &Arc<Shared>) {
+        {
+            let mut runs = self.runs();
+            runs.active = false;
+            runs.cancel = None;
+        }
         self.progress.send_modify(|p| p.runs_finished += 1);
+        match self.lock_loaded(shared).await {
+            Ok(mut guard) => {
+                let loaded = guard.as_mut().expect("loaded");
+                self.dispatch_locked(shared, loaded);
+            }
+            Err(e) => {
+                // The task cannot be read: its queued messages cannot be
+                // run against it. Their waiters are told they ended.
+                tracing::error!(task_id = %self.key.id, error = %e, "queued runs dropped: task unreadable");
+                let dropped = {
+                    let mut runs = self.runs();
+                    let n = runs.queue.len() as u64;
+                    runs.queue.clear();
+                    n
+                };
+                self.progress.send_modify(|p| p.runs_finished += dropped);
+            }
+        }
+    }
+
+    /// Starts the next queued run when none is active and its message is
+    /// committed. A task that is terminal (committed, or about to be)
+    /// starts none: its queued messages stay in history, unanswered. When
+    /// nothing runs or waits and the task is interrupted, open streams are
+    /// told the task is idle.
+    fn dispatch_locked(self: &Arc<Self>, shared: &Arc<Shared>, loaded: &mut Loaded) {
+        let mut runs = self.runs();
+        if runs.active {
+            return;
+        }
+        if loaded.committed_state().is_terminal() || loaded.record.state().is_terminal() {
+            if !runs.queue.is_empty() {
+                let dropped = runs.queue.len() as u64;
+                runs.queue.clear();
+                drop(runs);
+                self.progress.send_modify(|p| p.runs_finished += dropped);
+            }
+            return;
+        }
+        if runs.queue.front().is_some_and(|q| q.committed) {
+            let Queued { seq, request, .. } = runs.queue.pop_front().expect("front");
+            let cancelled = shared.shutdown.child_token();
+            runs.active = true;
+            runs.started = seq;
+            runs.cancel = Some(cancelled.clone());
+            drop(runs);
+            self.progress.send_modify(|p| {
+                p.runs_started = seq;
+                p.run_status_seq = p.status_seq;
+            });
+            let task = loaded.task().into_owned();
+            let ctx = RequestContext {
+                tenant: self.key.tenant.clone(),
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                message: request.message,
+                task: Some(task),
+                metadata: request.metadata,
+                accepted_output_modes: request.accepted_output_modes,
+                cancelled,
+            };
+            let mode = SinkMode::Live {
+                live: self.clone(),
+                answer: None,
+            };
+            super::run::spawn(shared, request.agent, ctx, mode);
+            return;
+        }
+        if runs.idle()
+            && loaded.committed_state().is_interrupted()
+            && let Some(tx) = &loaded.events
+            && tx.receiver_count() > 0
+        {
+            let _ = tx.send(Arc::new(Signal::Idle));
+        }
+    }
+}
+
+impl Runs {
+    fn mark_committed(&mut self, seq: u64) {
+        if let Some(q) = self.queue.iter_mut().find(|q| q.seq == seq) {
+            q.committed = true;
+        }
     }
 }

@@ -8,8 +8,16 @@
 //! a subscriber's first item (a Task snapshot) and the live events after it
 //! neither lose nor repeat an event (spec §3.1.6, §3.5.2).
 //!
-//! Executors run one at a time per task (a per-task run lock): a message for
-//! a task whose run is still going waits for it to finish.
+//! Executors run one at a time per task. A message for a task whose run is
+//! still going is checked, committed to history and answered at once (spec
+//! §3.2.2: a non-blocking send returns immediately), and its run is queued
+//! behind the current one ([`live::MAX_QUEUED_MESSAGES`]); nothing a
+//! request does waits for an executor.
+//!
+//! A new message is deduplicated before any run starts (spec §3.3.1): the
+//! first request for a (tenant, message_id) claims it in memory, the store
+//! is asked whether it already created a task, and concurrent repeats wait
+//! for the first one's answer, so the agent runs once.
 
 pub mod live;
 pub mod sink;
@@ -21,8 +29,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
-use prost_types::Timestamp;
-use tokio::sync::broadcast;
+use prost_types::{Struct, Timestamp};
+use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentRouter, RequestContext};
@@ -31,8 +39,7 @@ use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Part, Role, Task, TaskState, part::Content};
 use crate::store::{StoreError, TaskStore};
-use live::{LiveTask, Origin, Progress};
-use sink::SinkMode;
+use live::{LiveTask, MAX_QUEUED_MESSAGES, Origin, Progress, RunRequest};
 
 /// How many events a subscriber may fall behind before it is resynchronised
 /// with a fresh Task snapshot (see [`stream`]). A slow subscriber never
@@ -92,13 +99,90 @@ pub(crate) struct Shared {
     /// foldhash, not SipHash: looked up on every request. An entry exists
     /// only while something holds its task (see the memory store's maps).
     live: Mutex<HashMap<TaskKey, Weak<LiveTask>, foldhash::fast::RandomState>>,
+    /// New messages being answered, by (tenant, message_id), with the
+    /// repeats waiting for that answer (idempotent sends).
+    origins: Mutex<OriginWaiters>,
     pub(crate) shutdown: CancellationToken,
+}
+
+/// Repeats waiting on the first request for (tenant, message_id).
+type OriginWaiters =
+    HashMap<(String, String), Vec<oneshot::Sender<OriginOutcome>>, foldhash::fast::RandomState>;
+
+/// How a new message was answered, for its concurrent repeats.
+#[derive(Clone)]
+pub(crate) enum OriginOutcome {
+    /// It created (or had created) this task.
+    Task(String),
+    /// A direct reply, no task.
+    Message(Message),
+    Failed(A2aError),
+}
+
+/// The first request for a new (tenant, message_id) holds this until the
+/// message is answered. Dropped unanswered (the run ended without an
+/// answer), its waiters are released to try again.
+pub(crate) struct OriginClaim {
+    shared: Arc<Shared>,
+    key: Option<(String, String)>,
+}
+
+impl OriginClaim {
+    pub(crate) fn resolve(mut self, outcome: OriginOutcome) {
+        for waiter in self.release() {
+            let _ = waiter.send(outcome.clone());
+        }
+    }
+
+    fn release(&mut self) -> Vec<oneshot::Sender<OriginOutcome>> {
+        let Some(key) = self.key.take() else {
+            return Vec::new();
+        };
+        let mut origins = self
+            .shared
+            .origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        origins.remove(&key).unwrap_or_default()
+    }
+}
+
+impl Drop for OriginClaim {
+    fn drop(&mut self) {
+        // Waiters see their sender dropped and start over.
+        drop(self.release());
+    }
+}
+
+enum Claim {
+    First(OriginClaim),
+    Repeat(oneshot::Receiver<OriginOutcome>),
 }
 
 /// Cheap-to-clone handle over the runtime.
 #[derive(Clone)]
 pub struct TaskManager {
     shared: Arc<Shared>,
+}
+
+/// A client message and what came with it (spec §3.2.1), already
+/// validated.
+#[derive(Debug, Clone, Default)]
+pub struct MessageRequest {
+    pub message: Message,
+    /// `SendMessageRequest.metadata`, handed to the agent.
+    pub metadata: Option<Struct>,
+    /// `SendMessageConfiguration.accepted_output_modes`, handed to the agent.
+    pub accepted_output_modes: Vec<String>,
+}
+
+impl From<Message> for MessageRequest {
+    fn from(message: Message) -> Self {
+        MessageRequest {
+            message,
+            ..Default::default()
+        }
+    }
 }
 
 /// What a SendMessage produced.
@@ -121,6 +205,13 @@ pub struct TaskHandle {
     /// The request repeated one already applied and the task is not being
     /// worked on: answer with the snapshot, do not wait or stream further.
     pub(crate) settled: bool,
+    /// The run this request is about: its message's (see `live::Runs`).
+    pub(crate) run: u64,
+    /// When the snapshot was taken: no run was active or queued.
+    pub(crate) idle: bool,
+    /// When the snapshot was taken: its status came from `run` or a later
+    /// run.
+    pub(crate) run_started: bool,
 }
 
 /// The server's clock for status timestamps, in whole microseconds: spec
@@ -162,6 +253,7 @@ impl TaskManager {
                 agents,
                 config,
                 live: Mutex::new(HashMap::default()),
+                origins: Mutex::new(HashMap::default()),
                 shutdown: CancellationToken::new(),
             }),
         }
@@ -199,11 +291,11 @@ impl TaskManager {
     /// Accepts a client message (already validated) for `tenant`.
     /// With a `task_id` it continues that task; otherwise the agent decides
     /// between a task and a direct reply. `subscribe` attaches the event
-    /// stream to the returned handle.
+    /// stream to the returned handle. Never waits for an executor run.
     pub async fn send_message(
         &self,
         tenant: &str,
-        message: Message,
+        request: MessageRequest,
         history: HistoryLength,
         subscribe: bool,
     ) -> Result<SendOutcome, A2aError> {
@@ -216,39 +308,94 @@ impl TaskManager {
                 ),
             )
         })?;
-        if message.task_id.is_empty() {
-            // Idempotent sends: the store refuses a second task created by
-            // the same (tenant, message_id), and the run then answers with
-            // the first task (see `EventSink::create_task`). Checking at
-            // creation rather than before costs nothing on the common path
-            // and also settles concurrent repeats.
-            return run::start_new(&self.shared, agent, tenant, message, history, subscribe).await;
+        let request = RunRequest {
+            agent,
+            message: request.message,
+            metadata: request.metadata,
+            accepted_output_modes: request.accepted_output_modes,
+        };
+        if request.message.task_id.is_empty() {
+            self.send_new(tenant, request, history, subscribe).await
+        } else {
+            self.send_follow_up(tenant, request, history, subscribe)
+                .await
         }
+    }
 
-        // Continue an existing task (spec §3.4.3).
+    /// A message without a task id. A repeat of one that already created a
+    /// task (same tenant and message_id, spec §3.3.1) is answered with that
+    /// task before any run starts; concurrent repeats wait for the first
+    /// one's answer. The store refusing a second task for the same message
+    /// stays the last word (see `EventSink::create_task`).
+    async fn send_new(
+        &self,
+        tenant: &str,
+        request: RunRequest,
+        history: HistoryLength,
+        subscribe: bool,
+    ) -> Result<SendOutcome, A2aError> {
+        let message_id = request.message.message_id.clone();
+        loop {
+            let claim = match self.shared.claim_origin(tenant, &message_id) {
+                Claim::First(claim) => claim,
+                Claim::Repeat(answer) => match answer.await {
+                    Ok(OriginOutcome::Task(id)) => {
+                        return self
+                            .live(tenant, &id)
+                            .duplicate_handle(&self.shared, history, subscribe)
+                            .await;
+                    }
+                    Ok(OriginOutcome::Message(m)) => return Ok(SendOutcome::Message(m)),
+                    Ok(OriginOutcome::Failed(e)) => return Err(e),
+                    // The first request's run ended without an answer.
+                    Err(_) => continue,
+                },
+            };
+            let existing = self
+                .shared
+                .store
+                .find_by_origin(tenant, &message_id)
+                .await
+                .map_err(store_error)?;
+            if let Some(stored) = existing {
+                let id = stored.record.task.id.clone();
+                claim.resolve(OriginOutcome::Task(id.clone()));
+                return self
+                    .live(tenant, &id)
+                    .duplicate_handle(&self.shared, history, subscribe)
+                    .await;
+            }
+            return run::start_new(&self.shared, tenant, request, history, subscribe, claim).await;
+        }
+    }
+
+    /// A message continuing a task (spec §3.4.3): checked and committed to
+    /// history at once, its run queued behind the current one.
+    async fn send_follow_up(
+        &self,
+        tenant: &str,
+        request: RunRequest,
+        history: HistoryLength,
+        subscribe: bool,
+    ) -> Result<SendOutcome, A2aError> {
+        let RunRequest {
+            agent,
+            mut message,
+            metadata,
+            accepted_output_modes,
+        } = request;
         let live = self.live(tenant, &message.task_id);
-        // A repeat of a message the task already holds is answered with the
-        // task, whatever its state, without a second run.
-        if live
-            .holds_message(&self.shared, &message.message_id)
-            .await?
-        {
-            return live
-                .duplicate_handle(&self.shared, history, subscribe)
-                .await;
-        }
-        // One run at a time per task: wait for the previous run to end.
-        let run_guard = live.run_lock.clone().lock_owned().await;
-        if live
-            .holds_message(&self.shared, &message.message_id)
-            .await?
-        {
-            return live
-                .duplicate_handle(&self.shared, history, subscribe)
-                .await;
-        }
         let mut state = live.lock_loaded(&self.shared).await?;
         let loaded = state.as_mut().expect("loaded");
+        // A repeat of a message the task already holds is answered with the
+        // task, whatever its state, without a second run.
+        if LiveTask::holds_message_locked(loaded, &message.message_id) {
+            drop(state);
+            return live
+                .duplicate_handle(&self.shared, history, subscribe)
+                .await;
+        }
+        // The working copy: a cancel accepted but not yet committed counts.
         let task = &loaded.record.task;
         let current = loaded.record.state();
         if current.is_terminal() {
@@ -270,59 +417,93 @@ impl TaskManager {
                 ),
             ));
         }
-        let mut message = message;
+        if live.queued() >= MAX_QUEUED_MESSAGES {
+            return Err(A2aError::ResourceExhausted {
+                message: format!(
+                    "task {:?} already has {MAX_QUEUED_MESSAGES} messages waiting for its \
+                     running agent; retry once it has taken some",
+                    task.id
+                ),
+                task_id: Some(task.id.clone()),
+                limit: "MAX_QUEUED_MESSAGES",
+            });
+        }
         message.context_id = task.context_id.clone();
-        // The client is told (snapshot, stream) only once the message is
-        // committed.
-        live.apply(
+        // Applied again by the lifecycle core, which refuses a terminal task.
+        let commit = live.submit_locked(
             &self.shared,
-            state,
+            &mut state,
             TaskEvent::UserMessage(message.clone()),
             Origin::Server,
-        )
-        .await?;
+        )?;
+        let run = live.queue_run_locked(
+            &mut state,
+            RunRequest {
+                agent,
+                message,
+                metadata,
+                accepted_output_modes,
+            },
+        );
+        drop(state);
+        // The client is told (snapshot, stream) only once the message is
+        // committed; the flush that commits it admits its run.
+        commit.wait().await.map_err(store_error)?;
         let mut state = live.lock_loaded(&self.shared).await?;
         let loaded = state.as_mut().expect("loaded");
-        let handle = live.handle(loaded, history, subscribe);
-        let ctx = RequestContext {
-            tenant: tenant.to_owned(),
-            task_id: loaded.task().id.clone(),
-            context_id: loaded.task().context_id.clone(),
-            message,
-            task: Some(loaded.task().into_owned()),
-            cancelled: self.shared.shutdown.child_token(),
-        };
-        live.set_run_cancel(Some(ctx.cancelled.clone()));
-        drop(state);
-        let mode = SinkMode::Live {
-            live: live.clone(),
-            _run_guard: Some(run_guard),
-            answer: None,
-        };
-        run::spawn(&self.shared, agent, ctx, mode);
-        Ok(SendOutcome::Task(Box::new(handle)))
+        Ok(SendOutcome::Task(Box::new(live.handle(
+            loaded,
+            history,
+            subscribe,
+            Some(run),
+        ))))
     }
 
-    /// Waits until the task reaches a terminal state, or an interrupted state
-    /// set after the request was accepted, or the run ends (spec §3.2.2
-    /// blocking mode); returns the task then.
+    /// Waits until the task reaches a terminal state, or an interrupted
+    /// state during or after the request's own run, or that run ends (spec
+    /// §3.2.2 blocking mode); returns the task then. When that cannot be
+    /// reached (shutdown, a failed store write, a run that ended with its
+    /// task still active because failing it failed too) the answer is
+    /// UNAVAILABLE, not a task in an active state.
     pub async fn wait(&self, handle: TaskHandle) -> Result<Task, A2aError> {
         if handle.settled {
             return Ok(handle.snapshot);
         }
-        let base = handle.baseline;
+        let (run, base) = (handle.run, handle.baseline);
         let mut progress = handle.live.progress.subscribe();
         let shutdown = self.shared.shutdown.clone();
-        tokio::select! {
+        let reached = tokio::select! {
+            biased;
             _ = progress.wait_for(|p| {
                 p.state.is_terminal()
-                    || (p.state.is_interrupted() && p.status_seq > base.status_seq)
-                    || p.runs_finished > base.runs_finished
+                    || p.runs_finished >= run
+                    || (p.runs_started == run
+                        && p.state.is_interrupted()
+                        && p.status_seq > p.run_status_seq)
                     || p.write_failures > base.write_failures
-            }) => {}
-            _ = shutdown.cancelled() => {}
+            }) => true,
+            _ = shutdown.cancelled() => false,
+        };
+        let task = handle.live.view(&self.shared, handle.history, true).await?;
+        let state = task
+            .status
+            .as_ref()
+            .and_then(|s| TaskState::try_from(s.state).ok())
+            .unwrap_or(TaskState::Unspecified);
+        if state.ends_blocking_wait() && (reached || state.is_terminal()) {
+            return Ok(task);
         }
-        handle.live.view(&self.shared, handle.history, true).await
+        let why = if reached {
+            "a change to it could not be stored"
+        } else {
+            "the server is shutting down"
+        };
+        Err(A2aError::Unavailable(format!(
+            "task {:?} is still {} and will not finish for this request: {why}; \
+             read it later with GetTask",
+            task.id,
+            state.as_str_name()
+        )))
     }
 
     /// GetTask (spec §3.1.3).
@@ -347,7 +528,12 @@ impl TaskManager {
     /// CancelTask (spec §3.1.5): a terminal task is TASK_NOT_CANCELABLE;
     /// otherwise the running executor is cancelled and the task moves to
     /// CANCELED, committed before this returns.
-    pub async fn cancel_task(&self, tenant: &str, id: &str) -> Result<Task, A2aError> {
+    pub async fn cancel_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        metadata: Option<Struct>,
+    ) -> Result<Task, A2aError> {
         let live = self.live(tenant, id);
         let state = live.lock_loaded(&self.shared).await?;
         let current = state.as_ref().expect("loaded").record.state();
@@ -376,6 +562,8 @@ impl TaskManager {
                 context_id: task.context_id.clone(),
                 message: task.history.first().cloned().unwrap_or_default(),
                 task: Some(task.clone()),
+                metadata,
+                accepted_output_modes: Vec::new(),
                 cancelled: token.unwrap_or_else(|| {
                     let t = CancellationToken::new();
                     t.cancel();
@@ -407,7 +595,7 @@ impl TaskManager {
                 Some(id),
             ));
         }
-        Ok(live.handle(loaded, HistoryLength::All, true))
+        Ok(live.handle(loaded, HistoryLength::All, true, None))
     }
 }
 
@@ -488,6 +676,23 @@ impl TaskManager {
 }
 
 impl Shared {
+    /// Claims a new message for this request, or joins the request that
+    /// claimed it first.
+    fn claim_origin(self: &Arc<Self>, tenant: &str, message_id: &str) -> Claim {
+        let key = (tenant.to_owned(), message_id.to_owned());
+        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(waiters) = origins.get_mut(&key) {
+            let (tx, rx) = oneshot::channel();
+            waiters.push(tx);
+            return Claim::Repeat(rx);
+        }
+        origins.insert(key.clone(), Vec::new());
+        Claim::First(OriginClaim {
+            shared: self.clone(),
+            key: Some(key),
+        })
+    }
+
     fn live(self: &Arc<Self>, key: TaskKey) -> Arc<LiveTask> {
         let mut map = self.live.lock().expect("live map poisoned");
         if let Some(live) = map.get(&key).and_then(Weak::upgrade) {

@@ -11,23 +11,30 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};
 
-use super::sink::{EventSink, SinkInner, SinkMode};
-use super::{SendOutcome, Shared, TaskKey};
+use super::live::RunRequest;
+use super::sink::{EventSink, Reply, SinkInner, SinkMode};
+use super::{OriginClaim, SendOutcome, Shared, TaskKey};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::HistoryLength;
-use crate::proto::Message;
 
 /// Starts a run for a message without a task id and waits for the agent's
-/// first event, which decides between a task and a direct reply.
+/// first event, which decides between a task and a direct reply. `claim`
+/// (the message's idempotency claim) is resolved with that answer.
 pub(super) async fn start_new(
     shared: &Arc<Shared>,
-    agent: Arc<dyn AgentExecutor>,
     tenant: &str,
-    mut message: Message,
+    request: RunRequest,
     history: HistoryLength,
     subscribe: bool,
+    claim: OriginClaim,
 ) -> Result<SendOutcome, A2aError> {
+    let RunRequest {
+        agent,
+        mut message,
+        metadata,
+        accepted_output_modes,
+    } = request;
     // UUIDv7: unique like v4, but time-ordered, so new tasks sit together at
     // the end of the stores' key indexes instead of dirtying a random page
     // per write.
@@ -44,13 +51,15 @@ pub(super) async fn start_new(
         context_id: message.context_id.clone(),
         message: message.clone(),
         task: None,
+        metadata,
+        accepted_output_modes,
         cancelled: shared.shutdown.child_token(),
     };
     let mode = SinkMode::Pending {
         message: Box::new(message),
         history,
         subscribe,
-        reply_to: Some(tx),
+        reply: Some(Reply::new(tx, Some(claim))),
     };
     spawn(shared, agent, ctx, mode);
     rx.await.unwrap_or_else(|_| {

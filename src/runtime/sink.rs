@@ -4,20 +4,49 @@
 //! between a direct reply (no task) and a task, which is then created in
 //! SUBMITTED, committed, handed to the waiting request together with its
 //! subscription, and only then changed by the event. After that every event
-//! goes through [`LiveTask::apply_locked`].
+//! goes through [`LiveTask::submit_locked`].
 
 use std::sync::Arc;
 
-use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
+use tokio::sync::{Mutex, oneshot};
 
 use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
-use super::{SendOutcome, Shared, TaskKey, agent_text, store_error};
+use super::{OriginClaim, OriginOutcome, SendOutcome, Shared, TaskKey, agent_text, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::{
     ApplyError, ArtifactUpdate, HistoryLength, StatusUpdate, TaskEvent, TaskRecord,
 };
 use crate::proto::{Artifact, Message, Part, Role, TaskState, part::Content};
 use crate::store::StoreError;
+
+/// Where the answer to a new message goes: the request that sent it, and
+/// the repeats of the same message that wait on it (idempotent sends). It
+/// belongs to the run, not to the request, so a client that goes away
+/// still has its repeats answered.
+pub(crate) struct Reply {
+    tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
+    claim: Option<OriginClaim>,
+}
+
+impl Reply {
+    pub(crate) fn new(
+        tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
+        claim: Option<OriginClaim>,
+    ) -> Self {
+        Reply { tx, claim }
+    }
+
+    pub(crate) fn send(mut self, outcome: Result<SendOutcome, A2aError>) {
+        if let Some(claim) = self.claim.take() {
+            claim.resolve(match &outcome {
+                Ok(SendOutcome::Task(handle)) => OriginOutcome::Task(handle.snapshot.id.clone()),
+                Ok(SendOutcome::Message(m)) => OriginOutcome::Message(m.clone()),
+                Err(e) => OriginOutcome::Failed(e.clone()),
+            });
+        }
+        let _ = self.tx.send(outcome);
+    }
+}
 
 /// The answer owed to the request that created a task, sent once the
 /// task's first write commits.
@@ -26,7 +55,7 @@ pub(crate) struct NewTaskAnswer {
     handle: Box<super::TaskHandle>,
     history: HistoryLength,
     subscribe: bool,
-    reply_to: Option<oneshot::Sender<Result<SendOutcome, A2aError>>>,
+    reply: Option<Reply>,
 }
 
 impl NewTaskAnswer {
@@ -36,13 +65,11 @@ impl NewTaskAnswer {
     /// of the same message (idempotent sends) answers with the task that
     /// message created.
     pub(crate) fn deliver(self, result: Result<(), &StoreError>, shared: &Arc<Shared>) {
-        let Some(reply_to) = self.reply_to else {
+        let Some(reply) = self.reply else {
             return;
         };
         match result {
-            Ok(()) => {
-                let _ = reply_to.send(Ok(SendOutcome::Task(self.handle)));
-            }
+            Ok(()) => reply.send(Ok(SendOutcome::Task(self.handle))),
             Err(StoreError::DuplicateMessage { task_id }) => {
                 let shared = shared.clone();
                 let key = TaskKey {
@@ -54,12 +81,10 @@ impl NewTaskAnswer {
                 tokio::spawn(async move {
                     let existing = shared.live(key);
                     let outcome = existing.duplicate_handle(&shared, history, subscribe).await;
-                    let _ = reply_to.send(outcome);
+                    reply.send(outcome);
                 });
             }
-            Err(e) => {
-                let _ = reply_to.send(Err(store_error(e.clone())));
-            }
+            Err(e) => reply.send(Err(store_error(e.clone()))),
         }
     }
 }
@@ -100,13 +125,11 @@ pub(crate) enum SinkMode {
         message: Box<Message>,
         history: HistoryLength,
         subscribe: bool,
-        reply_to: Option<oneshot::Sender<Result<SendOutcome, A2aError>>>,
+        reply: Option<Reply>,
     },
-    /// The task exists; the run holds its run lock.
+    /// The task exists; this run is its active one (see `live::Runs`).
     Live {
         live: Arc<LiveTask>,
-        /// Held, never read: dropping it (run over) admits the next run.
-        _run_guard: Option<OwnedMutexGuard<()>>,
         /// Owed to the request that created the task until an event of
         /// this run commits (the first one may be refused).
         answer: Option<NewTaskAnswer>,
@@ -156,6 +179,14 @@ impl EventSink {
         self.emit(TaskEvent::Status(update)).await
     }
 
+    /// Sets keys of `Task.metadata` (spec §4.1.1): each key of `metadata`
+    /// replaces the task's value for it; a null value removes the key. It is
+    /// stored with the task and shown by every later read or snapshot; it
+    /// is not a stream event.
+    pub async fn task_metadata(&self, metadata: prost_types::Struct) -> Result<(), SinkError> {
+        self.emit(TaskEvent::Metadata(metadata)).await
+    }
+
     /// Emits an artifact chunk (spec §4.2.2).
     pub async fn artifact(&self, update: ArtifactUpdate) -> Result<(), SinkError> {
         self.emit(TaskEvent::Artifact(update)).await
@@ -193,15 +224,15 @@ impl EventSink {
     pub async fn reply(&self, mut message: Message) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
         match &mut *mode {
-            SinkMode::Pending { reply_to, .. } => {
+            SinkMode::Pending { reply, .. } => {
                 message.role = Role::Agent as i32;
                 if message.message_id.is_empty() {
                     message.message_id = uuid::Uuid::new_v4().to_string();
                 }
                 message.context_id = self.inner.context_id.clone();
                 message.task_id.clear();
-                if let Some(tx) = reply_to.take() {
-                    let _ = tx.send(Ok(SendOutcome::Message(message)));
+                if let Some(reply) = reply.take() {
+                    reply.send(Ok(SendOutcome::Message(message)));
                 }
                 *mode = SinkMode::Replied;
                 Ok(())
@@ -296,7 +327,7 @@ impl EventSink {
             message,
             history,
             subscribe,
-            reply_to,
+            reply,
         } = std::mem::replace(mode, SinkMode::Done)
         else {
             unreachable!("create_task on a pending sink")
@@ -310,18 +341,18 @@ impl EventSink {
             super::now(),
         );
         let live = shared.live(key.clone());
-        let run_guard = live
-            .run_lock
-            .clone()
-            .try_lock_owned()
-            .expect("a new task has no other run");
-        live.set_run_cancel(Some(self.inner.cancel.clone()));
+        // A new id: no other run, no queue.
+        live.begin_first_run(self.inner.cancel.clone());
         let mut state = live.install(Loaded::uncreated(record)).await;
-        let handle = live.handle(state.as_mut().expect("installed"), history, subscribe);
+        let handle = live.handle(
+            state.as_mut().expect("installed"),
+            history,
+            subscribe,
+            Some(1),
+        );
         drop(state);
         *mode = SinkMode::Live {
             live: live.clone(),
-            _run_guard: Some(run_guard),
             answer: None,
         };
         let answer = NewTaskAnswer {
@@ -329,7 +360,7 @@ impl EventSink {
             handle: Box::new(handle),
             history,
             subscribe,
-            reply_to,
+            reply,
         };
         (live, answer)
     }
@@ -437,12 +468,13 @@ impl EventSink {
         }
         let mut mode = self.inner.mode.lock().await;
         if let SinkMode::Live { live, .. } = &*mode {
-            live.finish_run();
+            // Admits the next queued run, if any.
+            live.finish_run(shared).await;
         }
-        if let SinkMode::Pending { reply_to, .. } = &mut *mode
-            && let Some(tx) = reply_to.take()
+        if let SinkMode::Pending { reply, .. } = &mut *mode
+            && let Some(reply) = reply.take()
         {
-            let _ = tx.send(Err(A2aError::Internal(
+            reply.send(Err(A2aError::Internal(
                 "the agent ended without responding".into(),
             )));
         }

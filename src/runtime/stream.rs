@@ -4,15 +4,25 @@
 //! accepted, then yields the task's events in the order they were applied
 //! (spec §3.5.2) and closes right after the event that ends it.
 //!
+//! Every stream ends once nothing more can happen to the task without a
+//! client: at a terminal state; at INPUT_REQUIRED reached by the request's
+//! own run (SendStreamingMessage); and when the task is interrupted with no
+//! run active or queued (an agent that returned at AUTH_REQUIRED). The
+//! snapshot is checked by the same rules, so a stream opened on a task a
+//! racing cancel already ended closes right after it.
+//!
 //! A subscriber that falls more than [`super::SUBSCRIBER_BUFFER`] events
 //! behind loses its place in the broadcast ring; instead of closing its
 //! stream, it is sent a fresh Task snapshot (which contains everything the
-//! missed events changed) and continues live from there. On server shutdown
-//! an open stream ends with UNAVAILABLE so the client knows to resubscribe.
+//! missed events changed in the task: status, artifacts, history,
+//! metadata) and continues live from there. The `metadata` of the events it
+//! missed is not part of the task and is lost to it. On server shutdown an
+//! open stream ends with UNAVAILABLE so the client knows to resubscribe.
 
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::live::Signal;
 use super::{TaskHandle, TaskManager};
 use crate::error::A2aError;
 use crate::proto::{StreamResponse, Task, TaskState, stream_response::Payload};
@@ -30,9 +40,19 @@ pub enum CloseAt {
 }
 
 impl CloseAt {
-    fn closes(self, state: TaskState) -> bool {
+    /// Whether an event in `state` ends the stream; `own_run`: it comes
+    /// from the request's own run or a later one.
+    fn closes(self, state: TaskState, own_run: bool) -> bool {
         state.is_terminal()
-            || (self == CloseAt::TerminalOrInputRequired && state == TaskState::InputRequired)
+            || (self == CloseAt::TerminalOrInputRequired
+                && own_run
+                && state == TaskState::InputRequired)
+    }
+
+    /// Whether a snapshot ends the stream: by the event rule, or because
+    /// the task is interrupted and no run is active or queued.
+    fn closes_at_snapshot(self, state: TaskState, own_run: bool, idle: bool) -> bool {
+        self.closes(state, own_run) || (idle && state.is_interrupted())
     }
 }
 
@@ -60,7 +80,7 @@ impl TaskManager {
     ) -> impl Stream<Item = Result<StreamResponse, A2aError>> + Send + 'static {
         let shared = self.shared.clone();
         async_stream::stream! {
-            let TaskHandle { live, snapshot, events, settled, .. } = handle;
+            let TaskHandle { live, snapshot, events, settled, run, idle, run_started, .. } = handle;
             if settled {
                 // A repeated request for a task nothing is working on: its
                 // current state is the whole answer.
@@ -71,7 +91,13 @@ impl TaskManager {
                 yield Err(A2aError::Internal("stream without a subscription".into()));
                 return;
             };
-            yield Ok(task_event(snapshot));
+            let snapshot = task_event(snapshot);
+            let closes = event_state(&snapshot)
+                .is_some_and(|s| close_at.closes_at_snapshot(s, run_started, idle));
+            yield Ok(snapshot);
+            if closes {
+                return;
+            }
             // Made once: a fresh `cancelled()` per event would register
             // with (and leave) the shutdown token's waiter list each time
             // the stream waits, under the token's lock, for every
@@ -87,20 +113,29 @@ impl TaskManager {
                         break;
                     }
                 };
-                let event = match received {
-                    Ok(event) => match &*event {
-                        Ok(event) => event.clone(),
-                        Err(e) => {
+                let (event, closes) = match received {
+                    Ok(signal) => match &*signal {
+                        Signal::Event { run: from, event } => {
+                            let closes = event_state(event)
+                                .is_some_and(|s| close_at.closes(s, *from >= run));
+                            (event.clone(), closes)
+                        }
+                        Signal::Idle => break,
+                        Signal::Failed(e) => {
                             yield Err(e.clone());
                             break;
                         }
                     },
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(task_id = %live.key().id, missed, "subscriber lagged; resynchronising");
-                        match live.resubscribe(&shared).await {
-                            Ok((task, fresh)) => {
+                        match live.resubscribe(&shared, run).await {
+                            Ok((task, fresh, idle, own_run)) => {
                                 rx = fresh;
-                                task_event(task)
+                                let snapshot = task_event(task);
+                                let closes = event_state(&snapshot).is_some_and(|s| {
+                                    close_at.closes_at_snapshot(s, own_run, idle)
+                                });
+                                (snapshot, closes)
                             }
                             Err(e) => {
                                 yield Err(e);
@@ -110,7 +145,6 @@ impl TaskManager {
                     }
                     Err(RecvError::Closed) => break,
                 };
-                let closes = event_state(&event).is_some_and(|s| close_at.closes(s));
                 yield Ok(event);
                 if closes {
                     break;

@@ -10,15 +10,17 @@ use crate::proto::{
 use crate::runtime::stream::CloseAt;
 use crate::runtime::{SendOutcome, TaskManager};
 
-/// Blocking by default: returns once the task is terminal or interrupted;
-/// with `return_immediately`, returns the task as soon as it exists.
+/// Blocking by default: returns once the task is terminal or interrupted
+/// (UNAVAILABLE when it cannot get there: shutdown, a failed write); with
+/// `return_immediately`, returns the task as soon as it exists, or for a
+/// follow-up as soon as the message is in its history.
 pub async fn send_message(
     manager: &TaskManager,
     request: SendMessageRequest,
 ) -> Result<Response<SendMessageResponse>, Status> {
     let req = validate::send_request(request)?;
     let outcome = manager
-        .send_message(&req.tenant, req.message, req.history, false)
+        .send_message(&req.tenant, req.request, req.history, false)
         .await?;
     let payload = match outcome {
         SendOutcome::Message(m) => send_message_response::Payload::Message(m),
@@ -42,7 +44,7 @@ pub async fn send_streaming_message(
 ) -> Result<Response<EventStream>, Status> {
     let req = validate::send_request(request)?;
     let outcome = manager
-        .send_message(&req.tenant, req.message, req.history, true)
+        .send_message(&req.tenant, req.request, req.history, true)
         .await?;
     let stream: EventStream = match outcome {
         SendOutcome::Message(m) => Box::pin(futures_util::stream::once(async move {

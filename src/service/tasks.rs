@@ -48,7 +48,9 @@ pub async fn cancel_task(
 ) -> Result<Response<Task>, Status> {
     validate::task_id(&req.tenant, &req.id)?;
     Ok(Response::new(
-        manager.cancel_task(&req.tenant, &req.id).await?,
+        manager
+            .cancel_task(&req.tenant, &req.id, req.metadata)
+            .await?,
     ))
 }
 

@@ -9,18 +9,23 @@
 
 use crate::error::{A2aError, FieldViolation};
 use crate::lifecycle::{HistoryLength, state_from_i32};
-use crate::proto::{ListTasksRequest, Message, Role, SendMessageRequest, part};
+use crate::proto::{ListTasksRequest, Role, SendMessageRequest, part};
+use crate::runtime::MessageRequest;
 use crate::store::{Cursor, DEFAULT_PAGE_SIZE, ListQuery, MAX_PAGE_SIZE};
 
 /// Longest id (message_id, task_id, context_id, tenant) accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 /// Most parts accepted in one message.
 pub const MAX_PARTS: usize = 1024;
+/// Most entries in `configuration.accepted_output_modes`.
+pub const MAX_OUTPUT_MODES: usize = 64;
+/// Longest media type accepted in `accepted_output_modes`, in bytes.
+pub const MAX_MEDIA_TYPE_BYTES: usize = 256;
 
 /// A SendMessage request that passed validation.
 pub struct SendRequest {
     pub tenant: String,
-    pub message: Message,
+    pub request: MessageRequest,
     pub history: HistoryLength,
     pub return_immediately: bool,
 }
@@ -114,10 +119,28 @@ pub fn send_request(req: SendMessageRequest) -> Result<SendRequest, A2aError> {
             v.add(format!("message.parts[{i}].url"), "must not be empty");
         }
     }
+    if config.accepted_output_modes.len() > MAX_OUTPUT_MODES {
+        v.add(
+            "configuration.accepted_output_modes",
+            format!("at most {MAX_OUTPUT_MODES} media types are accepted"),
+        );
+    }
+    for (i, mode) in config.accepted_output_modes.iter().enumerate() {
+        if mode.is_empty() || mode.len() > MAX_MEDIA_TYPE_BYTES {
+            v.add(
+                format!("configuration.accepted_output_modes[{i}]"),
+                format!("must be a media type of 1 to {MAX_MEDIA_TYPE_BYTES} bytes"),
+            );
+        }
+    }
     v.finish()?;
     Ok(SendRequest {
         tenant: req.tenant,
-        message,
+        request: MessageRequest {
+            message,
+            metadata: req.metadata,
+            accepted_output_modes: config.accepted_output_modes,
+        },
         history,
         return_immediately: config.return_immediately,
     })
