@@ -34,6 +34,7 @@
 //! store holds an exclusive lock on the database while open.
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use rusqlite::{ErrorCode, OptionalExtension, params};
 use sqlx::sqlite::SqliteConnection;
@@ -95,6 +96,10 @@ type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
 #[derive(Clone)]
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<(Write, Reply)>,
+    /// The origin log in memory, shared with readers: `find_by_origin`
+    /// looks here, then at `origins` by key, and never reads the log
+    /// table (it has no index).
+    recent: SharedRecent,
     /// Turns true once the writer has stopped and released the database.
     stopped: tokio::sync::watch::Receiver<bool>,
 }
@@ -117,10 +122,12 @@ impl WriterHandle {
             .map_err(|e| StoreError::Unavailable(format!("sqlite writer runtime: {e}")))?;
         let (ready_tx, ready_rx) = oneshot::channel();
         let (stopped_tx, stopped) = tokio::sync::watch::channel(false);
+        let recent = SharedRecent::default();
+        let shared_recent = recent.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
-                run(runtime, conn, rx, checkpoint, ready_tx);
+                run(runtime, conn, rx, checkpoint, ready_tx, shared_recent);
                 drop(lock);
                 stopped_tx.send_replace(true);
             })
@@ -128,7 +135,22 @@ impl WriterHandle {
         ready_rx
             .await
             .map_err(|_| StoreError::Unavailable("sqlite writer did not start".into()))??;
-        Ok(WriterHandle { tx, stopped })
+        Ok(WriterHandle {
+            tx,
+            stopped,
+            recent,
+        })
+    }
+
+    /// The task id the origin log holds for (tenant, message id), if any.
+    /// Checked before `origins`: a merge commits its entries to `origins`
+    /// before it clears them here, so a lookup in that order never misses
+    /// one in between.
+    pub fn logged_origin(&self, tenant: &[u8], message_id: &[u8]) -> Option<Vec<u8>> {
+        read(&self.recent)
+            .get(tenant)
+            .and_then(|m| m.get(message_id))
+            .cloned()
     }
 
     /// Resolves once the writer has stopped (every handle dropped) and the
@@ -159,6 +181,7 @@ fn run(
     mut rx: mpsc::Receiver<(Write, Reply)>,
     checkpoint: mpsc::Sender<()>,
     ready: oneshot::Sender<Result<(), StoreError>>,
+    recent: SharedRecent,
 ) {
     {
         let mut locked = match runtime.block_on(conn.lock_handle()) {
@@ -188,7 +211,7 @@ fn run(
             let _ = ready.send(Err(map_err(e)));
             return;
         }
-        let mut origins = match Origins::load(&db) {
+        let mut origins = match Origins::load(&db, recent) {
             Ok(origins) => origins,
             Err(e) => {
                 let _ = ready.send(Err(map_err(e)));
@@ -323,11 +346,26 @@ type OriginKey = (Vec<u8>, Vec<u8>);
 /// owned copies on every create.
 type Recent = HashMap<Vec<u8>, HashMap<Vec<u8>, Vec<u8>>>;
 
+/// [`Recent`] shared between the writer (which alone changes it) and
+/// readers.
+type SharedRecent = Arc<RwLock<Recent>>;
+
+// A panic while the lock is held cannot leave the map half-changed in a
+// way a reader could misuse (each change is one insert or remove), so a
+// poisoned lock is used as it is.
+fn read(recent: &SharedRecent) -> std::sync::RwLockReadGuard<'_, Recent> {
+    recent.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write(recent: &SharedRecent) -> std::sync::RwLockWriteGuard<'_, Recent> {
+    recent.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The writer's view of the creating messages: `origin_log`'s entries in
 /// memory (the log has no index, so lookups in it are these), and the size
 /// of `origins`, which sets when the log is merged.
 pub(super) struct Origins {
-    recent: Recent,
+    recent: SharedRecent,
     /// Keys the current batch added to `recent`.
     added: Vec<OriginKey>,
     merged: usize,
@@ -337,10 +375,10 @@ pub(super) struct Origins {
 }
 
 impl Origins {
-    fn load(db: &rusqlite::Connection) -> rusqlite::Result<Self> {
+    fn load(db: &rusqlite::Connection, recent: SharedRecent) -> rusqlite::Result<Self> {
         let merged: i64 = db.query_row("SELECT COUNT(*) FROM origins", [], |r| r.get(0))?;
         let mut origins = Origins {
-            recent: HashMap::new(),
+            recent,
             added: Vec::new(),
             merged: merged as usize,
             stale: true,
@@ -359,7 +397,7 @@ impl Origins {
                 .or_default()
                 .insert(row.get(1)?, row.get(2)?);
         }
-        self.recent = recent;
+        *write(&self.recent) = recent;
         self.stale = false;
         Ok(())
     }
@@ -367,9 +405,12 @@ impl Origins {
     /// After a rollback: forgets what the batch added, then reads the log
     /// back (a purge in the batch may have removed entries, now restored).
     fn rolled_back(&mut self, db: &rusqlite::Connection) {
-        for (tenant, message_id) in self.added.drain(..) {
-            if let Some(messages) = self.recent.get_mut(&tenant) {
-                messages.remove(&message_id);
+        {
+            let mut recent = write(&self.recent);
+            for (tenant, message_id) in self.added.drain(..) {
+                if let Some(messages) = recent.get_mut(&tenant) {
+                    messages.remove(&message_id);
+                }
             }
         }
         if let Err(e) = self.reload(db) {
@@ -385,7 +426,10 @@ impl Origins {
         tenant: &[u8],
         message_id: &[u8],
     ) -> rusqlite::Result<Option<Vec<u8>>> {
-        if let Some(id) = self.recent.get(tenant).and_then(|m| m.get(message_id)) {
+        if let Some(id) = read(&self.recent)
+            .get(tenant)
+            .and_then(|m| m.get(message_id))
+        {
             return Ok(Some(id.clone()));
         }
         db.prepare_cached("SELECT task_id FROM origins WHERE tenant = ? AND message_id = ?")?
@@ -397,7 +441,7 @@ impl Origins {
     fn append(&mut self, db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
         db.prepare_cached("INSERT INTO origin_log (tenant, message_id, task_id) VALUES (?, ?, ?)")?
             .execute(params![row.tenant, row.origin_message_id, row.id])?;
-        self.recent
+        write(&self.recent)
             .entry(row.tenant.clone())
             .or_default()
             .insert(row.origin_message_id.clone(), row.id.clone());
@@ -417,7 +461,7 @@ impl Origins {
         if self.stale {
             self.reload(db)?;
         }
-        let logged: usize = self.recent.values().map(HashMap::len).sum();
+        let logged: usize = read(&self.recent).values().map(HashMap::len).sum();
         if logged < self.merge_at() {
             return Ok(());
         }
@@ -442,7 +486,7 @@ impl Origins {
         match merged {
             Ok(n) => {
                 self.merged += n;
-                self.recent.clear();
+                write(&self.recent).clear();
                 Ok(())
             }
             Err(e) => {
