@@ -3,6 +3,13 @@
 //! cargo (no system `protoc`). One descriptor set drives both the generated
 //! prost/tonic code and gRPC server reflection, so there is a single source of
 //! truth for the wire schema.
+//!
+//! The set also holds `google/rpc/error_details.proto` and
+//! `google/rpc/status.proto` (vendored unchanged under `proto/google/rpc/`,
+//! the copies `tonic-types` ships and encodes its `ErrorInfo` and
+//! `BadRequest` with): every A2A error carries those details, and a
+//! reflection client such as grpcurl can print them only if reflection
+//! describes them.
 
 use std::{env, fs, path::PathBuf};
 
@@ -15,7 +22,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `include_imports` (protox's default for `compile`) puts the googleapis and
     // well-known-type files in the set too: reflection clients such as grpcurl
     // need every dependency to resolve `lf.a2a.v1` types.
-    let fds = protox::compile(["a2a.proto"], ["proto"])?;
+    let fds = protox::compile(
+        [
+            "a2a.proto",
+            "google/rpc/error_details.proto",
+            "google/rpc/status.proto",
+        ],
+        ["proto"],
+    )?;
     fs::write(out_dir.join("a2a_descriptor.bin"), fds.encode_to_vec())?;
 
     // Type names (`prost::Name`) let the ProtoJSON encoder find each

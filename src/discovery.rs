@@ -13,8 +13,11 @@
 //!   `If-None-Match` / `If-Modified-Since` with 304 (spec §8.2, §8.6);
 //! - the per-request checks of spec §3.3.4 and §3.6: the `a2a-version`
 //!   metadata, the `a2a-extensions` a card marks required, and the
-//!   streaming capability;
-//! - GetExtendedAgentCard (spec §3.1.11).
+//!   streaming capability; and, on the message RPCs, the media types the
+//!   card accepts (spec §3.3.2, [`InputModes`]);
+//! - GetExtendedAgentCard (spec §3.1.11): the `--extended-card` file, given
+//!   the same server-filled fields as the public card, and refused at start
+//!   when it contradicts them.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -32,7 +35,8 @@ use tonic::metadata::MetadataMap;
 use crate::agent::AgentRouter;
 use crate::error::A2aError;
 use crate::json::{self, JsonError};
-use crate::proto::{AgentCard, AgentInterface, AgentProvider};
+use crate::proto::{AgentCapabilities, AgentCard, AgentInterface, AgentProvider, Message};
+use crate::service::content::InputModes;
 
 /// The protocol version this interface serves (spec §3.6).
 pub const PROTOCOL_VERSION: &str = "1.0";
@@ -76,6 +80,31 @@ struct Published {
     /// every RPC.
     streaming: bool,
     required_extensions: Vec<String>,
+    input_modes: InputModes,
+}
+
+/// Why the cards could not be built.
+#[derive(thiserror::Error)]
+pub enum CardError {
+    #[error(transparent)]
+    Json(#[from] JsonError),
+    /// The `--extended-card` file contradicts what the server fills in on
+    /// the public card (spec §3.1.11: clients replace the public card with
+    /// the extended one, so both must say the same about these fields).
+    #[error("extended agent card: {field} {problem}")]
+    ExtendedCard {
+        /// The contradicting field, by its ProtoJSON name.
+        field: &'static str,
+        problem: String,
+    },
+}
+
+/// The message itself: `serve` ends with this error, and a `main` that
+/// returns it prints its `Debug`.
+impl std::fmt::Debug for CardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// Every tenant's card, built once at start (cards do not change while
@@ -92,7 +121,7 @@ impl Cards {
         agents: &AgentRouter,
         config: &DiscoveryConfig,
         addr: SocketAddr,
-    ) -> Result<Self, JsonError> {
+    ) -> Result<Self, CardError> {
         let url = match &config.public_url {
             Some(url) => url.clone(),
             // A wildcard bind address is no address for a client; the
@@ -124,22 +153,17 @@ impl Cards {
                 };
                 provider.url = format!("{scheme}://{url}/.well-known/agent-card.json");
             }
-            let extended = if tenant.is_empty() {
-                config.extended_card.clone().map(|mut extended| {
-                    if extended.supported_interfaces.is_empty() {
-                        extended.supported_interfaces = card.supported_interfaces.clone();
-                    }
-                    extended
-                })
-            } else {
-                None
-            };
             let capabilities = card.capabilities.get_or_insert_with(Default::default);
             // Push notifications are not offered (PUSH_NOTIFICATION_NOT_SUPPORTED).
             capabilities.push_notifications = Some(false);
-            if extended.is_some() {
-                capabilities.extended_agent_card = Some(true);
-            }
+            let extended = match &config.extended_card {
+                Some(file) if tenant.is_empty() => {
+                    capabilities.extended_agent_card = Some(true);
+                    Some(complete_extended_card(file.clone(), &card)?)
+                }
+                _ => None,
+            };
+            let capabilities = card.capabilities.as_ref().expect("set above");
             let streaming = capabilities.streaming == Some(true);
             let required_extensions = capabilities
                 .extensions
@@ -147,6 +171,13 @@ impl Cards {
                 .filter(|e| e.required)
                 .map(|e| e.uri.clone())
                 .collect();
+            let input_modes = InputModes::of(&card);
+            if input_modes.declared().is_empty() {
+                tracing::warn!(
+                    tenant,
+                    "the agent's card declares no input modes: every message to it is refused"
+                );
+            }
             let body = bytes::Bytes::from(json::to_string_pretty(&card)?);
             let mut hasher = DefaultHasher::new();
             body.hash(&mut hasher);
@@ -160,6 +191,7 @@ impl Cards {
                     etag,
                     streaming,
                     required_extensions,
+                    input_modes,
                 },
             );
         }
@@ -214,9 +246,38 @@ impl Cards {
         tenant: &str,
         streaming: bool,
     ) -> Result<(), A2aError> {
+        self.checked(metadata, tenant, streaming).map(|_| ())
+    }
+
+    /// [`Cards::check`], then, for SendMessage and SendStreamingMessage,
+    /// the media type of every part of `message` against the input modes
+    /// of the tenant's card (spec §3.3.2: ContentTypeNotSupportedError).
+    /// An unknown tenant, or a missing message, is left to validation.
+    pub fn check_send(
+        &self,
+        metadata: &MetadataMap,
+        tenant: &str,
+        streaming: bool,
+        message: Option<&Message>,
+    ) -> Result<(), A2aError> {
+        if let Some(published) = self.checked(metadata, tenant, streaming)?
+            && let Some(message) = message
+        {
+            published.input_modes.check(message)?;
+        }
+        Ok(())
+    }
+
+    /// The shared checks; the tenant's card when there is one.
+    fn checked(
+        &self,
+        metadata: &MetadataMap,
+        tenant: &str,
+        streaming: bool,
+    ) -> Result<Option<&Published>, A2aError> {
         check_version(metadata)?;
         let Some(published) = self.by_tenant.get(tenant) else {
-            return Ok(());
+            return Ok(None);
         };
         if streaming && !published.streaming {
             return Err(A2aError::unsupported(
@@ -236,7 +297,7 @@ impl Cards {
                 });
             }
         }
-        Ok(())
+        Ok(Some(published))
     }
 
     /// The HTTP routes that serve the cards.
@@ -314,6 +375,89 @@ async fn tenant_card(
     headers: HeaderMap,
 ) -> Response {
     cards.respond(&tenant, &headers)
+}
+
+/// The `--extended-card` file with the fields the server fills in on the
+/// public card (`public`): the interfaces, `streaming` as the agent
+/// declares it, `pushNotifications` false and `extendedAgentCard` true.
+/// Spec §3.1.11: a client replaces its cached public card with this one,
+/// so a field left out would read as "off" (a client would stop
+/// streaming); one that contradicts the public card is refused.
+fn complete_extended_card(
+    mut extended: AgentCard,
+    public: &AgentCard,
+) -> Result<AgentCard, CardError> {
+    let contradiction = |field, problem: String| CardError::ExtendedCard { field, problem };
+    if extended.supported_interfaces.is_empty() {
+        extended.supported_interfaces = public.supported_interfaces.clone();
+    } else if extended.supported_interfaces != public.supported_interfaces {
+        let ours: Vec<String> = public
+            .supported_interfaces
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {} version {}",
+                    i.protocol_binding, i.url, i.protocol_version
+                )
+            })
+            .collect();
+        return Err(contradiction(
+            "supportedInterfaces",
+            format!(
+                "differs from the public card's [{}]: leave it out and the server fills it in",
+                ours.join(", ")
+            ),
+        ));
+    }
+    let public_capabilities = public.capabilities.clone().unwrap_or_default();
+    let capabilities = extended
+        .capabilities
+        .get_or_insert_with(AgentCapabilities::default);
+    let streams = public_capabilities.streaming == Some(true);
+    match capabilities.streaming {
+        None => capabilities.streaming = public_capabilities.streaming,
+        Some(declared) if declared == streams => {}
+        Some(declared) => {
+            let agent = if streams {
+                "streams"
+            } else {
+                "does not stream"
+            };
+            return Err(contradiction(
+                "capabilities.streaming",
+                format!(
+                    "is {declared}, but the agent {agent}: leave it out or set it to {streams}"
+                ),
+            ));
+        }
+    }
+    let fixed = [
+        (
+            &mut capabilities.push_notifications,
+            false,
+            "capabilities.pushNotifications",
+            "this server offers no push notifications",
+        ),
+        (
+            &mut capabilities.extended_agent_card,
+            true,
+            "capabilities.extendedAgentCard",
+            "this is the extended card",
+        ),
+    ];
+    for (value, expected, field, why) in fixed {
+        match *value {
+            None => *value = Some(expected),
+            Some(declared) if declared == expected => {}
+            Some(declared) => {
+                return Err(contradiction(
+                    field,
+                    format!("is {declared}, but {why}: leave it out or set it to {expected}"),
+                ));
+            }
+        }
+    }
+    Ok(extended)
 }
 
 fn truncate_to_seconds(t: SystemTime) -> SystemTime {

@@ -85,7 +85,10 @@ pub async fn serve_manager_with(
     health_reporter
         .set_serving::<A2aServiceServer<A2aGrpc>>()
         .await;
-    // Both reflection versions describe the A2A service and the health
+    // Both reflection versions describe the A2A service, the error details
+    // every A2A error carries (`google.rpc.ErrorInfo`, `BadRequest`: the
+    // descriptor set holds google/rpc/error_details.proto and status.proto,
+    // so grpcurl prints them instead of "not recognized") and the health
     // service (whose descriptors tonic-health ships).
     let reflection = || {
         tonic_reflection::server::Builder::configure()

@@ -407,3 +407,164 @@ async fn an_agent_without_streaming_refuses_the_streaming_rpcs() {
     );
     server.stop().await;
 }
+
+/// Writes `json` to a fresh file and reads it as `serve --extended-card`
+/// does.
+fn extended_card_file(json: &str) -> (std::path::PathBuf, AgentCard) {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("extended-cards");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&path, json).unwrap();
+    let card = DiscoveryConfig::read_extended_card(&path).unwrap();
+    (path, card)
+}
+
+fn with_extended(card: AgentCard) -> DiscoveryConfig {
+    DiscoveryConfig {
+        public_url: None,
+        extended_card: Some(card),
+    }
+}
+
+async fn get_extended(client: &mut Client) -> AgentCard {
+    tokio::time::timeout(
+        WAIT,
+        client.get_extended_agent_card(GetExtendedAgentCardRequest::default()),
+    )
+    .await
+    .expect("GetExtendedAgentCard timed out")
+    .unwrap()
+    .into_inner()
+}
+
+/// Spec §3.1.11: a client replaces its cached public card with the
+/// extended one, so the extended card says what the public card says about
+/// where and how the agent is reached; a file that leaves it out gets it.
+#[tokio::test]
+async fn an_extended_card_file_without_capabilities_gets_the_servers_fields() {
+    let (_, file) = extended_card_file(
+        r#"{"name": "test-runner (extended)", "description": "More skills.", "version": "2"}"#,
+    );
+    assert_eq!(file.capabilities, None);
+    assert!(file.supported_interfaces.is_empty());
+    let server = start(demo_router(), with_extended(file)).await;
+    let public = decode_card(
+        &http_get(server.addr, "/.well-known/agent-card.json", &[])
+            .await
+            .body,
+    );
+
+    let mut client = server.client().await;
+    let extended = get_extended(&mut client).await;
+    assert_eq!(extended.name, "test-runner (extended)");
+    assert_eq!(extended.supported_interfaces, public.supported_interfaces);
+    let capabilities = extended.capabilities.expect("capabilities filled in");
+    assert_eq!(capabilities.streaming, Some(true), "test-runner streams");
+    assert_eq!(capabilities.push_notifications, Some(false));
+    assert_eq!(capabilities.extended_agent_card, Some(true));
+    assert_eq!(
+        Some(capabilities),
+        public.capabilities,
+        "the same capabilities as the public card"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_extended_card_agreeing_with_the_public_one_is_served_as_written() {
+    let mut card = basic_card("no-streams", "Does not stream.", vec![]);
+    card.capabilities.as_mut().unwrap().streaming = Some(false);
+    // Partly filled in: what it says agrees, what it leaves out is added.
+    let (_, file) = extended_card_file(
+        r#"{"name": "no-streams (extended)",
+            "capabilities": {"pushNotifications": false, "extendedAgentCard": true}}"#,
+    );
+    let server = start(router_with(card), with_extended(file)).await;
+    let mut client = server.client().await;
+    let capabilities = get_extended(&mut client).await.capabilities.unwrap();
+    assert_eq!(capabilities.streaming, Some(false), "as the agent declares");
+    assert_eq!(capabilities.push_notifications, Some(false));
+    assert_eq!(capabilities.extended_agent_card, Some(true));
+    server.stop().await;
+}
+
+/// What `Cards::build` refuses, each naming its field.
+const CONTRADICTIONS: &[(&str, &str)] = &[
+    (
+        r#"{"name": "x", "capabilities": {"streaming": false}}"#,
+        "capabilities.streaming",
+    ),
+    (
+        r#"{"name": "x", "capabilities": {"pushNotifications": true}}"#,
+        "capabilities.pushNotifications",
+    ),
+    (
+        r#"{"name": "x", "capabilities": {"extendedAgentCard": false}}"#,
+        "capabilities.extendedAgentCard",
+    ),
+    (
+        r#"{"name": "x", "supportedInterfaces": [{"url": "elsewhere.example.com:443",
+            "protocolBinding": "GRPC", "protocolVersion": "1.0"}]}"#,
+        "supportedInterfaces",
+    ),
+];
+
+#[tokio::test]
+async fn an_extended_card_contradicting_the_public_one_is_refused_at_start() {
+    for (json, field) in CONTRADICTIONS {
+        let (_, file) = extended_card_file(json);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let manager = a2a_lifecycle::runtime::TaskManager::new(
+            Arc::new(MemoryStore::new()),
+            demo_router(),
+            RuntimeConfig::default(),
+        );
+        let served = tokio::time::timeout(
+            WAIT,
+            a2a_lifecycle::server::serve_manager_with(
+                listener,
+                manager,
+                with_extended(file),
+                std::future::pending(),
+            ),
+        )
+        .await
+        .expect("the server started instead of refusing the card");
+        let error = served.unwrap_err().to_string();
+        assert!(error.contains("extended agent card"), "{error}");
+        assert!(error.contains(field), "{field}: {error}");
+    }
+}
+
+/// The binary reports the refusal and exits.
+#[tokio::test]
+async fn serve_refuses_a_contradicting_extended_card_file() {
+    let (path, _) = extended_card_file(CONTRADICTIONS[1].0);
+    let mut child = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
+        .arg("--extended-card")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("serve kept running with a contradicting extended card");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("capabilities.pushNotifications"),
+        "{stderr}"
+    );
+}

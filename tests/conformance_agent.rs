@@ -553,3 +553,100 @@ async fn delayed_complete_tells_blocking_from_non_blocking_sends() {
     );
     server.stop().await;
 }
+
+/// The media types the card accepts are what the kit sends (see the
+/// conformance agent's `card`): every part kind of its scenarios, and not
+/// the type its CORE-SEND-003 requirement sends to be refused.
+#[tokio::test]
+async fn the_card_accepts_every_part_kind_the_kit_sends() {
+    let server = conformance_server().await;
+    let response = http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+    let card: a2a_lifecycle::proto::AgentCard =
+        a2a_lifecycle::json::from_str(&response.body).unwrap();
+    assert_eq!(
+        card.default_input_modes,
+        ["text/plain", "application/json", "application/octet-stream"]
+    );
+
+    let mut client = server.client().await;
+    let data = prost_types::Value::from(std::collections::BTreeMap::from([(
+        "key".to_owned(),
+        prost_types::Value::from("value"),
+    )]));
+    let parts = [
+        (Content::Text("Hello from TCK".into()), ""),
+        (Content::Data(data.clone()), ""),
+        (Content::Data(data), "application/json"),
+        (Content::Raw(b"tck".to_vec()), ""),
+        (Content::Raw(b"tck".to_vec()), "text/plain"),
+        (
+            Content::Url("https://example.com/test.txt".into()),
+            "text/plain",
+        ),
+        (Content::Url("https://example.com/blob".into()), ""),
+    ];
+    for (content, media_type) in parts {
+        let mut message = tck_message("tck-complete-task", "unused");
+        message.parts = vec![Part {
+            content: Some(content.clone()),
+            media_type: media_type.into(),
+            ..Default::default()
+        }];
+        let reply = tokio::time::timeout(WAIT, client.send_message(request("", message, false)))
+            .await
+            .expect("SendMessage timed out")
+            .unwrap_or_else(|e| panic!("{content:?} {media_type:?}: {e:?}"))
+            .into_inner();
+        let Some(send_message_response::Payload::Task(task)) = reply.payload else {
+            panic!("expected a task: {reply:?}");
+        };
+        assert_eq!(state_of(&task), TaskState::Completed);
+    }
+    server.stop().await;
+}
+
+/// The kit's CORE-SEND-003 (a MUST): a raw part of a media type the agent
+/// does not accept gets ContentTypeNotSupportedError, INVALID_ARGUMENT on
+/// gRPC, on both send RPCs, and creates no task.
+#[tokio::test]
+async fn the_kits_unsupported_media_type_is_content_type_not_supported() {
+    let server = conformance_server().await;
+    let mut client = server.client().await;
+    let unsupported = || {
+        let mut message = tck_message("tck-send-003", "unused");
+        message.parts = vec![Part {
+            content: Some(Content::Raw(b"tck".to_vec())),
+            media_type: "application/x-unsupported-tck-type".into(),
+            ..Default::default()
+        }];
+        request("", message, false)
+    };
+    let status = tokio::time::timeout(WAIT, client.send_message(unsupported()))
+        .await
+        .expect("SendMessage timed out")
+        .unwrap_err();
+    assert_a2a_error(
+        &status,
+        tonic::Code::InvalidArgument,
+        "CONTENT_TYPE_NOT_SUPPORTED",
+    );
+    let status = tokio::time::timeout(WAIT, client.send_streaming_message(unsupported()))
+        .await
+        .expect("SendStreamingMessage timed out")
+        .map(|_| ())
+        .unwrap_err();
+    assert_a2a_error(
+        &status,
+        tonic::Code::InvalidArgument,
+        "CONTENT_TYPE_NOT_SUPPORTED",
+    );
+    let tasks = tokio::time::timeout(WAIT, client.list_tasks(ListTasksRequest::default()))
+        .await
+        .expect("ListTasks timed out")
+        .unwrap()
+        .into_inner()
+        .tasks;
+    assert!(tasks.is_empty(), "{tasks:?}");
+    server.stop().await;
+}

@@ -3,12 +3,15 @@
 //! request, hand it to the [`TaskManager`], map the result and errors to
 //! gRPC.
 //!
-//! One file per concern: [`validate`] (input rules and limits),
+//! One file per concern: [`content`] (the media types a card accepts,
+//! checked on SendMessage and SendStreamingMessage before anything else is
+//! done with the message), [`validate`] (input rules and limits),
 //! [`send`] (SendMessage, SendStreamingMessage), [`tasks`] (GetTask,
 //! ListTasks, CancelTask, SubscribeToTask), [`unsupported`] (push config
 //! RPCs this server does not offer). GetExtendedAgentCard is answered from
 //! [`Cards::extended`].
 
+pub mod content;
 pub mod send;
 pub mod tasks;
 pub mod unsupported;
@@ -51,6 +54,22 @@ impl A2aGrpc {
     fn check<T>(&self, request: &Request<T>, tenant: &str, streaming: bool) -> Result<(), Status> {
         Ok(self.cards.check(request.metadata(), tenant, streaming)?)
     }
+
+    /// [`A2aGrpc::check`] for SendMessage and SendStreamingMessage, plus the
+    /// media types of the message's parts ([`Cards::check_send`]).
+    fn check_send(
+        &self,
+        request: &Request<SendMessageRequest>,
+        streaming: bool,
+    ) -> Result<(), Status> {
+        let send = request.get_ref();
+        Ok(self.cards.check_send(
+            request.metadata(),
+            &send.tenant,
+            streaming,
+            send.message.as_ref(),
+        )?)
+    }
 }
 
 #[tonic::async_trait]
@@ -59,7 +78,7 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<SendMessageResponse>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check_send(&request, false)?;
         send::send_message(&self.manager, request.into_inner()).await
     }
 
@@ -69,7 +88,7 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        self.check(&request, &request.get_ref().tenant, true)?;
+        self.check_send(&request, true)?;
         send::send_streaming_message(&self.manager, request.into_inner()).await
     }
 

@@ -125,7 +125,7 @@ impl AgentExecutor for Bench {
     }
 
     fn card(&self) -> AgentCard {
-        basic_card(
+        let mut card = basic_card(
             "bench",
             "Load-generator target: completes at once, or fans out K updates.",
             vec![skill(
@@ -136,7 +136,12 @@ impl AgentExecutor for Bench {
                  completes at once with one small artifact.",
                 &["fanout:200:500:0", "go"],
             )],
-        )
+        );
+        // It reads only the text of a message ([`RequestContext::text`]):
+        // other media types are refused before it runs
+        // (CONTENT_TYPE_NOT_SUPPORTED).
+        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card
     }
 }
 

@@ -19,7 +19,7 @@ pub struct CodeReviewer;
 #[async_trait]
 impl AgentExecutor for CodeReviewer {
     fn card(&self) -> AgentCard {
-        basic_card(
+        let mut card = basic_card(
             "code-reviewer",
             "Reviews a diff: asks for it first (INPUT_REQUIRED), then returns a review.",
             vec![skill(
@@ -28,7 +28,15 @@ impl AgentExecutor for CodeReviewer {
                 "Asks for the diff, then answers with a `review` artifact.",
                 &["review my change", "please review this diff"],
             )],
-        )
+        );
+        // It reads the text of a message ([`RequestContext::text`]): a
+        // request in plain text, then the diff, which a client may label as
+        // one (`git diff` is `text/x-diff`, `git format-patch` `text/x-patch`).
+        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card.skills[0].input_modes = ["text/plain", "text/x-diff", "text/x-patch"]
+            .map(String::from)
+            .into();
+        card
     }
 
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {

@@ -270,7 +270,7 @@ impl Conformance {
 #[async_trait]
 impl AgentExecutor for Conformance {
     fn card(&self) -> AgentCard {
-        basic_card(
+        let mut card = basic_card(
             "conformance",
             "The system under test for the A2A TCK: the message id prefix selects the behaviour.",
             vec![skill(
@@ -281,7 +281,25 @@ impl AgentExecutor for Conformance {
                  any other message is echoed in an artifact.",
                 &["hello"],
             )],
-        )
+        );
+        // What the A2A TCK sends in message parts (a2aproject/a2a-tck,
+        // v1.0 kit): text parts (no media type: text/plain) in every
+        // scenario; and, from its operator fixtures and older suites, data
+        // parts (application/json) and file parts (raw bytes or url, no
+        // media type: application/octet-stream; or labelled text/plain).
+        // No wildcard: requirement CORE-SEND-003 sends a raw part of
+        // `application/x-unsupported-tck-type` and MUST get
+        // ContentTypeNotSupportedError, which `*/*` would never give.
+        card.default_input_modes = [
+            crate::service::content::TEXT_MEDIA_TYPE,
+            crate::service::content::DATA_MEDIA_TYPE,
+            crate::service::content::FILE_MEDIA_TYPE,
+        ]
+        .map(String::from)
+        .into();
+        // Its artifacts: text, data (tck-artifact-data) and text files.
+        card.default_output_modes = ["text/plain", "application/json"].map(String::from).into();
+        card
     }
 
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {

@@ -44,7 +44,7 @@ fn target(text: &str) -> Option<&'static str> {
 #[async_trait]
 impl AgentExecutor for Deployer {
     fn card(&self) -> AgentCard {
-        basic_card(
+        let mut card = basic_card(
             "deployer",
             "Deploys to staging or prod after an out-of-band approval (AUTH_REQUIRED).",
             vec![skill(
@@ -53,7 +53,12 @@ impl AgentExecutor for Deployer {
                 "Deploys to `staging` or `prod` once approved; other targets are rejected.",
                 &["deploy to staging", "deploy to prod"],
             )],
-        )
+        );
+        // It reads only the text of a message ([`RequestContext::text`]):
+        // other media types are refused before it runs
+        // (CONTENT_TYPE_NOT_SUPPORTED).
+        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card
     }
 
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {

@@ -95,7 +95,7 @@ impl TestRunner {
 #[async_trait]
 impl AgentExecutor for TestRunner {
     fn card(&self) -> AgentCard {
-        basic_card(
+        let mut card = basic_card(
             "test-runner",
             "Runs the test suite and streams a report; `ping` answers `pong` directly.",
             vec![
@@ -113,7 +113,12 @@ impl AgentExecutor for TestRunner {
                     &["ping"],
                 ),
             ],
-        )
+        );
+        // It reads only the text of a message ([`RequestContext::text`]):
+        // other media types are refused before it runs
+        // (CONTENT_TYPE_NOT_SUPPORTED).
+        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card
     }
 
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
