@@ -89,9 +89,21 @@ enum Command {
         /// Stream events (SendStreamingMessage).
         #[arg(long)]
         stream: bool,
-        /// Return as soon as the task exists.
+        /// Return as soon as the task exists (for a follow-up: as soon as
+        /// the message is in the task's history).
         #[arg(long)]
         return_immediately: bool,
+        /// The request's metadata, a JSON object (SendMessageRequest.metadata),
+        /// handed to the agent.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: Option<prost_types::Struct>,
+        /// The message's own metadata, a JSON object (Message.metadata).
+        #[arg(long, value_parser = parse_metadata)]
+        message_metadata: Option<prost_types::Struct>,
+        /// A media type the client accepts in the answer
+        /// (accepted_output_modes); repeat for several.
+        #[arg(long = "accept")]
+        accepted_output_modes: Vec<String>,
         text: String,
     },
     /// Get a task.
@@ -120,6 +132,10 @@ enum Command {
     Cancel {
         #[command(flatten)]
         target: Target,
+        /// The request's metadata, a JSON object (CancelTaskRequest.metadata),
+        /// handed to the agent's cancel hook.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: Option<prost_types::Struct>,
         id: String,
     },
     /// Stream a task's events.
@@ -215,6 +231,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             context_id,
             stream,
             return_immediately,
+            metadata,
+            message_metadata,
+            accepted_output_modes,
             text,
         } => {
             let mut client = target.client().await?;
@@ -229,13 +248,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                         content: Some(Content::Text(text)),
                         ..Default::default()
                     }],
+                    metadata: message_metadata,
                     ..Default::default()
                 }),
                 configuration: Some(SendMessageConfiguration {
                     return_immediately,
+                    accepted_output_modes,
                     ..Default::default()
                 }),
-                metadata: None,
+                metadata,
             };
             if stream {
                 let mut events = client.send_streaming_message(request).await?.into_inner();
@@ -287,14 +308,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
             print_pretty(&page.into_inner())?;
         }
-        Command::Cancel { target, id } => {
+        Command::Cancel {
+            target,
+            metadata,
+            id,
+        } => {
             let task = target
                 .client()
                 .await?
                 .cancel_task(CancelTaskRequest {
                     tenant: target.tenant.clone(),
                     id,
-                    metadata: None,
+                    metadata,
                 })
                 .await?;
             print_pretty(&task.into_inner())?;
@@ -349,6 +374,18 @@ async fn open_store(spec: &str) -> Result<Arc<dyn TaskStore>, AnyError> {
 /// `--retain`: a duration, or `off`.
 #[derive(Clone, Copy, Debug)]
 struct Retain(Option<Duration>);
+
+/// `--metadata '{"k": "v"}'`: a JSON object, read as ProtoJSON reads a
+/// `google.protobuf.Struct` (through the request message that holds one,
+/// so the same descriptor-driven decoder does it).
+fn parse_metadata(text: &str) -> Result<prost_types::Struct, String> {
+    let wrapped = format!("{{\"metadata\": {text}}}");
+    let request: SendMessageRequest = a2a_lifecycle::json::from_str(&wrapped)
+        .map_err(|e| format!("metadata must be a JSON object: {e}"))?;
+    request
+        .metadata
+        .ok_or_else(|| "metadata must be a JSON object".to_owned())
+}
 
 fn parse_retain(text: &str) -> Result<Retain, String> {
     match text {

@@ -168,3 +168,54 @@ fn a_bad_extended_card_file_is_a_clear_startup_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not an AgentCard"), "{stderr}");
 }
+
+/// The client reaches what the issue "lifecycle under concurrency" added:
+/// a non-blocking follow-up during a 60 s run answers with the message in
+/// history; request and message metadata and output modes go along; cancel
+/// takes metadata too.
+#[test]
+fn follow_ups_metadata_and_cancel_from_the_command_line() {
+    let (mut child, server) = start_server();
+    let out: Value = serde_json::from_str(&client(
+        &server,
+        &["send", "--return-immediately", "slow tests"],
+    ))
+    .unwrap();
+    let id = out["task"]["id"].as_str().expect("task id").to_owned();
+    let out: Value = serde_json::from_str(&client(
+        &server,
+        &[
+            "send",
+            "--return-immediately",
+            "--task-id",
+            &id,
+            "--metadata",
+            r#"{"trace": "t-1"}"#,
+            "--message-metadata",
+            r#"{"lang": "en"}"#,
+            "--accept",
+            "text/plain",
+            "also the slow ones",
+        ],
+    ))
+    .unwrap();
+    assert_eq!(
+        out["task"]["status"]["state"], "TASK_STATE_WORKING",
+        "{out}"
+    );
+    let last = out["task"]["history"]
+        .as_array()
+        .and_then(|h| h.last())
+        .cloned()
+        .expect("history");
+    assert_eq!(last["parts"][0]["text"], "also the slow ones", "{out}");
+    assert_eq!(last["metadata"]["lang"], "en", "{out}");
+    let out: Value = serde_json::from_str(&client(
+        &server,
+        &["cancel", "--metadata", r#"{"why": "done"}"#, &id],
+    ))
+    .unwrap();
+    assert_eq!(out["status"]["state"], "TASK_STATE_CANCELED", "{out}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
