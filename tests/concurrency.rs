@@ -934,3 +934,60 @@ async fn many_clients_on_the_same_tasks_keep_every_invariant() {
     drop(streams);
     server.stop().await;
 }
+
+/// A cancel racing a streaming follow-up: whichever the stream's snapshot
+/// shows, the stream ends (a terminal snapshot closes it at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_racing_a_stream_opening_never_leaves_it_open() {
+    let (server, agent) = scripted_server(RuntimeConfig::default()).await;
+    let mut client = server.client().await;
+    for _ in 0..40 {
+        let task = within(
+            "send",
+            send_task(&mut client, request("", user_message("hold"), true)),
+        )
+        .await;
+        within("working", agent.working.notified()).await;
+        let mut streaming = server.client().await;
+        let message = follow_up(&task, "finish");
+        let stream = tokio::spawn(async move {
+            match streaming
+                .send_streaming_message(request("", message, false))
+                .await
+            {
+                Ok(stream) => Some(collect(stream.into_inner()).await.unwrap()),
+                Err(e) => {
+                    assert_a2a_error(&e, Code::FailedPrecondition, "UNSUPPORTED_OPERATION");
+                    None
+                }
+            }
+        });
+        let canceled = within(
+            "cancel",
+            client.cancel_task(CancelTaskRequest {
+                tenant: String::new(),
+                id: task.id.clone(),
+                metadata: None,
+            }),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+        assert_eq!(state_of(&canceled), TaskState::Canceled);
+        if let Some(events) = within("stream ends", stream).await.unwrap() {
+            assert_eq!(
+                describe(events.last().unwrap()).as_str(),
+                if events.len() == 1 {
+                    "task:TASK_STATE_CANCELED"
+                } else {
+                    "status:TASK_STATE_CANCELED"
+                },
+                "{:?}",
+                describe_all(&events)
+            );
+        }
+        // The held run is let go; it finds its task canceled.
+        agent.gate.add_permits(1);
+    }
+    server.stop().await;
+}
