@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -639,11 +639,38 @@ async fn queued_follow_ups_are_bounded_ordered_and_dropped_when_terminal() {
 /// uniquely named artifact, then (chosen by its message id) completes,
 /// asks for input, returns at AUTH_REQUIRED, or asks for authorization
 /// and resumes by itself before asking for input. It stops when cancelled.
-struct Chaos;
+#[derive(Default)]
+struct Chaos {
+    /// Runs going on per task: more than one is an overlap.
+    active: Mutex<std::collections::HashMap<String, usize>>,
+    overlapped: AtomicBool,
+    /// The message id of every run, in order.
+    ran: Mutex<Vec<String>>,
+}
 
 #[async_trait]
 impl AgentExecutor for Chaos {
     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        self.ran
+            .lock()
+            .unwrap()
+            .push(ctx.message.message_id.clone());
+        {
+            let mut active = self.active.lock().unwrap();
+            let n = active.entry(ctx.task_id.clone()).or_default();
+            *n += 1;
+            if *n > 1 {
+                self.overlapped.store(true, Ordering::SeqCst);
+            }
+        }
+        let result = self.steps(&ctx, &sink).await;
+        *self.active.lock().unwrap().get_mut(&ctx.task_id).unwrap() -= 1;
+        result
+    }
+}
+
+impl Chaos {
+    async fn steps(&self, ctx: &RequestContext, sink: &EventSink) -> Result<(), AgentError> {
         let steps = async {
             sink.status(TaskState::Working, Some("working")).await?;
             tokio::task::yield_now().await;
@@ -735,6 +762,22 @@ impl Observed {
                 describe_all(&events)
             );
         };
+        // It ended where nothing more happens without a client.
+        let last = events.last().map(describe).unwrap_or_default();
+        assert!(
+            [
+                "COMPLETED",
+                "FAILED",
+                "CANCELED",
+                "REJECTED",
+                "INPUT_REQUIRED",
+                "AUTH_REQUIRED"
+            ]
+            .iter()
+            .any(|s| last.ends_with(&format!("TASK_STATE_{s}"))),
+            "a stream ended at {last}: {:?}",
+            describe_all(&events)
+        );
         let keys = events[1..].iter().filter_map(event_key).collect();
         self.streams
             .lock()
@@ -764,8 +807,9 @@ fn allowed(status: &tonic::Status) -> bool {
 /// task's history exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_clients_on_the_same_tasks_keep_every_invariant() {
+    let chaos = Arc::new(Chaos::default());
     let server = TestServer::start_with(
-        AgentRouter::new().with("", Arc::new(Chaos)),
+        AgentRouter::new().with("", chaos.clone()),
         RuntimeConfig::default(),
     )
     .await;
@@ -785,11 +829,18 @@ async fn many_clients_on_the_same_tasks_keep_every_invariant() {
                 seed
             };
             let mut actions = 0;
+            let mut last_new: Option<(a2a_lifecycle::proto::Message, String)> = None;
             while tokio::time::Instant::now() < deadline {
                 actions += 1;
                 let r = next();
                 let target = observed.pick(next());
                 match (r % 16, target) {
+                    (0, _) | (_, None) if r % 5 == 0 && last_new.is_some() => {
+                        // An idempotent repeat: the same task, no new run.
+                        let (m, id) = last_new.clone().unwrap();
+                        let task = send_task(&mut client, request("", m, true)).await;
+                        assert_eq!(task.id, id, "a repeat answered with another task");
+                    }
                     (0, _) | (_, None) => {
                         let m = user_message("new");
                         let id = m.message_id.clone();
@@ -801,8 +852,10 @@ async fn many_clients_on_the_same_tasks_keep_every_invariant() {
                                 .into_inner();
                             observed.follow(stream).await;
                         } else {
-                            let task = send_task(&mut client, request("", m, r % 2 == 0)).await;
+                            let task =
+                                send_task(&mut client, request("", m.clone(), r % 2 == 0)).await;
                             observed.ack(&task.id, &id);
+                            last_new = Some((m, task.id.clone()));
                             observed.tasks.lock().unwrap().push(task.id);
                         }
                     }
@@ -922,6 +975,11 @@ async fn many_clients_on_the_same_tasks_keep_every_invariant() {
             }
         }
     }
+    // One executor at a time per task, and no message run twice.
+    assert!(!chaos.overlapped.load(Ordering::SeqCst), "runs overlapped");
+    let ran = chaos.ran.lock().unwrap().clone();
+    let distinct: std::collections::HashSet<_> = ran.iter().collect();
+    assert_eq!(distinct.len(), ran.len(), "a message ran twice");
     eprintln!(
         "{actions} actions on {} tasks, {} streams, {compared} stream pairs compared",
         tasks.len(),

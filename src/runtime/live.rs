@@ -52,6 +52,9 @@ pub struct Progress {
     /// `status_seq` when run `runs_started` began: a status committed after
     /// it belongs to that run or later.
     pub run_status_seq: u64,
+    /// The highest run number that has ended, or that will never run (its
+    /// task became terminal first). Runs go in order, so run `n` is over
+    /// once this is `n` or more.
     pub runs_finished: u64,
     /// Writes the store refused (other than version conflicts).
     pub write_failures: u64,
@@ -480,7 +483,9 @@ impl LiveTask {
                             self.runs().mark_committed(seq);
                         }
                     }
-                    if follow_ups {
+                    // A follow-up became ready, or a queue waits on a state
+                    // just committed (terminal: it is dropped).
+                    if follow_ups || !self.runs().queue.is_empty() {
                         self.dispatch_locked(&shared, loaded);
                     }
                 }
@@ -553,7 +558,9 @@ impl LiveTask {
     /// events that were never recorded), blocking waiters wake up, and the
     /// agent hears of it at its next event.
     fn drop_pending(self: &Arc<Self>, shared: &Arc<Shared>, loaded: &mut Loaded, e: StoreError) {
-        let mut follow_ups = false;
+        // Only an agent that lost events must hear of it; a client whose
+        // message was dropped is told by its own request.
+        let agent_lost = loaded.pending.iter().any(|p| p.origin == Origin::Agent);
         for p in loaded.pending.drain(..) {
             for n in p.notify {
                 let _ = n.send(Err(e.clone()));
@@ -563,7 +570,6 @@ impl LiveTask {
             }
             if let Some(seq) = p.follow_up {
                 // Its message never reached history: no run for it.
-                follow_ups = true;
                 self.runs().queue.retain(|q| q.seq != seq);
             }
         }
@@ -575,11 +581,13 @@ impl LiveTask {
         if let Some(record) = loaded.committed.as_ref().and_then(|c| c.decode().ok()) {
             loaded.record = record;
         }
-        loaded.failure = Some(e);
-        self.progress.send_modify(|p| p.write_failures += 1);
-        if follow_ups {
-            self.dispatch_locked(shared, loaded);
+        if agent_lost {
+            loaded.failure = Some(e);
         }
+        self.progress.send_modify(|p| p.write_failures += 1);
+        // The queue may now start (its head was dropped, or a terminal
+        // state that held it back was).
+        self.dispatch_locked(shared, loaded);
     }
 
     fn publish(&self, loaded: &mut Loaded, run: u64, out: Option<StreamResponse>) {
@@ -766,12 +774,14 @@ impl LiveTask {
 
     /// The current run ended: starts the next queued one, if any may run.
     pub(crate) async fn finish_run(self: &Arc<Self>, shared: &Arc<Shared>) {
-        {
+        let ended = {
             let mut runs = self.runs();
             runs.active = false;
             runs.cancel = None;
-        }
-        self.progress.send_modify(|p| p.runs_finished += 1);
+            runs.started
+        };
+        self.progress
+            .send_modify(|p| p.runs_finished = p.runs_finished.max(ended));
         match self.lock_loaded(shared).await {
             Ok(mut guard) => {
                 let loaded = guard.as_mut().expect("loaded");
@@ -783,18 +793,18 @@ impl LiveTask {
                 tracing::error!(task_id = %self.key.id, error = %e, "queued runs dropped: task unreadable");
                 let dropped = {
                     let mut runs = self.runs();
-                    let n = runs.queue.len() as u64;
                     runs.queue.clear();
-                    n
+                    runs.reserved
                 };
-                self.progress.send_modify(|p| p.runs_finished += dropped);
+                self.progress
+                    .send_modify(|p| p.runs_finished = p.runs_finished.max(dropped));
             }
         }
     }
 
     /// Starts the next queued run when none is active and its message is
-    /// committed. A task that is terminal (committed, or about to be)
-    /// starts none: its queued messages stay in history, unanswered. When
+    /// committed. A terminal task starts none: its queued messages stay in
+    /// history, unanswered; one about to be terminal starts none either. When
     /// nothing runs or waits and the task is interrupted, open streams are
     /// told the task is idle.
     fn dispatch_locked(self: &Arc<Self>, shared: &Arc<Shared>, loaded: &mut Loaded) {
@@ -802,13 +812,20 @@ impl LiveTask {
         if runs.active {
             return;
         }
-        if loaded.committed_state().is_terminal() || loaded.record.state().is_terminal() {
+        if loaded.committed_state().is_terminal() {
             if !runs.queue.is_empty() {
-                let dropped = runs.queue.len() as u64;
                 runs.queue.clear();
+                let dropped = runs.reserved;
                 drop(runs);
-                self.progress.send_modify(|p| p.runs_finished += dropped);
+                self.progress
+                    .send_modify(|p| p.runs_finished = p.runs_finished.max(dropped));
             }
+            return;
+        }
+        if loaded.record.state().is_terminal() {
+            // About to be terminal (a cancel not yet committed): start
+            // nothing, and keep the queue until the commit decides. The
+            // flush dispatches again after it, and so does a failed write.
             return;
         }
         if runs.queue.front().is_some_and(|q| q.committed) {

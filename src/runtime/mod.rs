@@ -214,6 +214,17 @@ pub struct TaskHandle {
     pub(crate) run_started: bool,
 }
 
+fn task_state(task: &Task) -> TaskState {
+    task.status
+        .as_ref()
+        .and_then(|s| TaskState::try_from(s.state).ok())
+        .unwrap_or(TaskState::Unspecified)
+}
+
+fn ends_wait(task: &Task) -> bool {
+    task_state(task).ends_blocking_wait()
+}
+
 /// The server's clock for status timestamps, in whole microseconds: spec
 /// §5.6.1 asks for millisecond precision in JSON, and some clients' ISO 8601
 /// parsers stop at six fractional digits; microseconds keep tasks created
@@ -472,6 +483,7 @@ impl TaskManager {
         let (run, base) = (handle.run, handle.baseline);
         let mut progress = handle.live.progress.subscribe();
         let shutdown = self.shared.shutdown.clone();
+        let failed = |p: &Progress| p.write_failures > base.write_failures;
         let reached = tokio::select! {
             biased;
             _ = progress.wait_for(|p| {
@@ -480,23 +492,32 @@ impl TaskManager {
                     || (p.runs_started == run
                         && p.state.is_interrupted()
                         && p.status_seq > p.run_status_seq)
-                    || p.write_failures > base.write_failures
+                    || failed(p)
             }) => true,
             _ = shutdown.cancelled() => false,
         };
-        let task = handle.live.view(&self.shared, handle.history, true).await?;
-        let state = task
-            .status
-            .as_ref()
-            .and_then(|s| TaskState::try_from(s.state).ok())
-            .unwrap_or(TaskState::Unspecified);
-        if state.ends_blocking_wait() && (reached || state.is_terminal()) {
+        let mut task = handle.live.view(&self.shared, handle.history, true).await?;
+        if reached && !failed(&progress.borrow()) && !ends_wait(&task) {
+            // The request's own run ended where it should, but a run queued
+            // behind it has moved the task on since: answer at that run's
+            // next stop instead of with a task in motion.
+            let settled = tokio::select! {
+                biased;
+                _ = progress.wait_for(|p| p.state.ends_blocking_wait() || failed(p)) => true,
+                _ = shutdown.cancelled() => false,
+            };
+            if settled {
+                task = handle.live.view(&self.shared, handle.history, true).await?;
+            }
+        }
+        let state = task_state(&task);
+        if state.is_terminal() || (reached && state.is_interrupted()) {
             return Ok(task);
         }
-        let why = if reached {
-            "a change to it could not be stored"
-        } else {
+        let why = if shutdown.is_cancelled() {
             "the server is shutting down"
+        } else {
+            "a change to it could not be stored"
         };
         Err(A2aError::Unavailable(format!(
             "task {:?} is still {} and will not finish for this request: {why}; \

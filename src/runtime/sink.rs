@@ -254,12 +254,9 @@ impl EventSink {
 
     async fn emit_as(&self, event: TaskEvent, origin: Origin) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
-        let (live, mut answer) = match &mut *mode {
-            SinkMode::Pending { .. } => {
-                let (live, answer) = self.create_task(&mut mode).await;
-                (live, Some(answer))
-            }
-            SinkMode::Live { live, answer, .. } => (live.clone(), answer.take()),
+        let live = match &mut *mode {
+            SinkMode::Pending { .. } => self.create_task(&mut mode).await,
+            SinkMode::Live { live, .. } => live.clone(),
             SinkMode::Replied => return Err(SinkError::AlreadyReplied),
             SinkMode::Done => return Err(SinkError::RunEnded),
         };
@@ -268,18 +265,26 @@ impl EventSink {
         // background (batched with its neighbours); the agent waits for the
         // commit only when the task's backlog is full, or for the server's
         // own events.
-        let creates = answer.is_some();
         let submitted = match live.lock_loaded(shared).await {
             Ok(mut state) => {
                 let backlogged = LiveTask::backlogged(&state);
                 live.submit_locked(shared, &mut state, event, origin)
                     .map(|commit| {
-                        if let Some(answer) = answer.take() {
-                            // The new task exists once this first write
-                            // commits; only then is the client answered.
+                        // The answer owed to the creating request stays in
+                        // the sink until an event carrying it is accepted
+                        // (so an emit dropped while it waited for the lock
+                        // loses nothing); the new task exists once this
+                        // write commits, and only then is the client
+                        // answered.
+                        let answer = match &mut *mode {
+                            SinkMode::Live { answer, .. } => answer.take(),
+                            _ => None,
+                        };
+                        let creates = answer.is_some();
+                        if let Some(answer) = answer {
                             LiveTask::answer_on_commit_locked(&mut state, answer);
                         }
-                        (commit, backlogged)
+                        (commit, backlogged, creates)
                     })
                     .map_err(SinkError::from)
             }
@@ -288,17 +293,9 @@ impl EventSink {
             }
             Err(other) => Err(SinkError::Store(StoreError::Internal(other.to_string()))),
         };
-        let (commit, backlogged) = match submitted {
-            Ok(ok) => ok,
-            Err(e) => {
-                // Still owed: a later event (at worst the FAILED that ends
-                // the run) will carry the answer.
-                if let SinkMode::Live { answer: slot, .. } = &mut *mode {
-                    *slot = answer;
-                }
-                return Err(e);
-            }
-        };
+        // On an error the answer is still owed, and still in the sink: a
+        // later event (at worst the FAILED that ends the run) carries it.
+        let (commit, backlogged, creates) = submitted?;
         drop(mode);
         if creates {
             if origin == Origin::Server {
@@ -322,7 +319,7 @@ impl EventSink {
     /// it. Its first flush creates it in the store together with the
     /// agent's first events; the request is answered after that commit,
     /// with a snapshot and subscription taken before any event applied.
-    async fn create_task(&self, mode: &mut SinkMode) -> (Arc<LiveTask>, NewTaskAnswer) {
+    async fn create_task(&self, mode: &mut SinkMode) -> Arc<LiveTask> {
         let SinkMode::Pending {
             message,
             history,
@@ -351,10 +348,6 @@ impl EventSink {
             Some(1),
         );
         drop(state);
-        *mode = SinkMode::Live {
-            live: live.clone(),
-            answer: None,
-        };
         let answer = NewTaskAnswer {
             tenant: key.tenant.clone(),
             handle: Box::new(handle),
@@ -362,7 +355,11 @@ impl EventSink {
             subscribe,
             reply,
         };
-        (live, answer)
+        *mode = SinkMode::Live {
+            live: live.clone(),
+            answer: Some(answer),
+        };
+        live
     }
 
     /// `--task-timeout` expired: a task still active is FAILED with

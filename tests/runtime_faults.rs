@@ -1,0 +1,233 @@
+//! The runtime when a store write fails or runs queue behind each other:
+//! a client's failed write never fails the agent's next run, leaves no gap
+//! that strands a later blocking send, and a blocking follow-up answers at
+//! its own run's stop even when a run queued behind it moves the task on.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use prost_types::Timestamp;
+use tonic::Code;
+
+use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};
+use a2a_lifecycle::lifecycle::HistoryLength;
+use a2a_lifecycle::proto::{Task, TaskState};
+use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+use a2a_lifecycle::store::{
+    EncodedTask, ListQuery, MemoryStore, StoreError, StoredTask, TaskPage, TaskStore,
+};
+use support::*;
+
+async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(WAIT, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: timed out"))
+}
+
+/// `ask`: INPUT_REQUIRED. `slow`: WORKING, a pause, INPUT_REQUIRED.
+/// Anything else: leaves the task as it is.
+struct Asking;
+
+#[async_trait]
+impl AgentExecutor for Asking {
+    async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        match ctx.text().as_str() {
+            "ask" => sink.status(TaskState::InputRequired, Some("more?")).await?,
+            "slow" => {
+                sink.status(TaskState::Working, Some("on it")).await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                sink.status(TaskState::InputRequired, Some("more?")).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The memory store, with the next update refused when `fail` is set (a
+/// full disk, a lost connection).
+struct Flaky {
+    inner: MemoryStore,
+    fail: AtomicBool,
+}
+
+#[async_trait]
+impl TaskStore for Flaky {
+    async fn create_encoded(&self, t: &str, task: &EncodedTask) -> Result<u64, StoreError> {
+        self.inner.create_encoded(t, task).await
+    }
+    async fn find_by_origin(&self, t: &str, m: &str) -> Result<Option<StoredTask>, StoreError> {
+        self.inner.find_by_origin(t, m).await
+    }
+    async fn get(&self, t: &str, id: &str) -> Result<Option<StoredTask>, StoreError> {
+        self.inner.get(t, id).await
+    }
+    async fn update_encoded(&self, t: &str, task: &EncodedTask, v: u64) -> Result<u64, StoreError> {
+        if self.fail.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("disk full (injected)".into()));
+        }
+        self.inner.update_encoded(t, task, v).await
+    }
+    async fn list(&self, t: &str, q: &ListQuery) -> Result<TaskPage, StoreError> {
+        self.inner.list(t, q).await
+    }
+    async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
+        self.inner.active_tasks().await
+    }
+    async fn purge_terminal_before(&self, b: &Timestamp) -> Result<u64, StoreError> {
+        self.inner.purge_terminal_before(b).await
+    }
+}
+
+async fn flaky_server() -> (TestServer, Arc<Flaky>) {
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(),
+        fail: AtomicBool::new(false),
+    });
+    let server = TestServer::start_full(
+        store.clone(),
+        AgentRouter::new().with("", Arc::new(Asking)),
+        RuntimeConfig::default(),
+    )
+    .await;
+    (server, store)
+}
+
+fn on(task: &Task, text: &str) -> a2a_lifecycle::proto::Message {
+    let mut m = user_message(text);
+    m.task_id = task.id.clone();
+    m
+}
+
+/// A handle on the task held in-process: keeps its live state (and any
+/// failure recorded there) in memory between the gRPC calls.
+async fn hold(manager: &TaskManager, task: &Task) -> SendOutcome {
+    manager
+        .send_message(
+            "",
+            MessageRequest::from(on(task, "quiet")),
+            HistoryLength::All,
+            false,
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_client_write_does_not_fail_the_next_run() {
+    let (server, store) = flaky_server().await;
+    let mut client = server.client().await;
+    let task = within(
+        "create",
+        send_task(&mut client, request("", user_message("ask"), false)),
+    )
+    .await;
+    let SendOutcome::Task(held) = hold(&server.manager, &task).await else {
+        panic!("a task")
+    };
+    store.fail.store(true, Ordering::SeqCst);
+    let err = within(
+        "failed follow-up",
+        client.send_message(request("", on(&task, "x"), false)),
+    )
+    .await
+    .unwrap_err();
+    assert_a2a_error(&err, Code::Unavailable, "UNAVAILABLE");
+    // The agent lost nothing: its next run is not told of a failure.
+    let stream = within(
+        "next run",
+        client.send_streaming_message(request("", on(&task, "ask"), false)),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let events = within("next run's events", collect(stream)).await.unwrap();
+    assert_eq!(
+        describe_all(&events),
+        [
+            "task:TASK_STATE_INPUT_REQUIRED",
+            "status:TASK_STATE_INPUT_REQUIRED"
+        ]
+    );
+    let after = within("get", get_task(&mut client, "", &task.id))
+        .await
+        .unwrap();
+    assert_eq!(state_of(&after), TaskState::InputRequired);
+    drop(held);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_follow_up_leaves_no_gap_that_strands_a_later_blocking_send() {
+    let (server, store) = flaky_server().await;
+    let mut client = server.client().await;
+    let task = within(
+        "create",
+        send_task(&mut client, request("", user_message("ask"), false)),
+    )
+    .await;
+    let SendOutcome::Task(held) = hold(&server.manager, &task).await else {
+        panic!("a task")
+    };
+    store.fail.store(true, Ordering::SeqCst);
+    let err = within(
+        "failed follow-up",
+        client.send_message(request("", on(&task, "x"), false)),
+    )
+    .await
+    .unwrap_err();
+    assert_a2a_error(&err, Code::Unavailable, "UNAVAILABLE");
+    // A run that changes nothing: the blocking send returns when it ends.
+    let after = within(
+        "blocking send",
+        send_task(&mut client, request("", on(&task, "quiet"), false)),
+    )
+    .await;
+    assert_eq!(state_of(&after), TaskState::InputRequired);
+    drop(held);
+    server.stop().await;
+}
+
+/// Run A ends at INPUT_REQUIRED; run B, queued behind it, moves the task to
+/// WORKING before A's waiter looks. A's blocking send answers with a task
+/// at a stop (B's INPUT_REQUIRED), never UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_follow_up_answers_at_a_stop_when_a_queued_run_moves_on() {
+    let server = TestServer::start_with(
+        AgentRouter::new().with("", Arc::new(Asking)),
+        RuntimeConfig::default(),
+    )
+    .await;
+    let m = &server.manager;
+    let mut client = server.client().await;
+    let task = within(
+        "create",
+        send_task(&mut client, request("", user_message("ask"), false)),
+    )
+    .await;
+    let send = |text: &str| {
+        m.send_message(
+            "",
+            MessageRequest::from(on(&task, text)),
+            HistoryLength::All,
+            false,
+        )
+    };
+    let SendOutcome::Task(a) = within("a", send("ask")).await.unwrap() else {
+        panic!("a task")
+    };
+    let SendOutcome::Task(b) = within("b", send("slow")).await.unwrap() else {
+        panic!("a task")
+    };
+    // A handler slow to reach its wait (a loaded server): by then B runs.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let answered = within("a's wait", m.wait(*a)).await.unwrap();
+    assert_eq!(state_of(&answered), TaskState::InputRequired);
+    let b = within("b's wait", m.wait(*b)).await.unwrap();
+    assert_eq!(state_of(&b), TaskState::InputRequired);
+    server.stop().await;
+}
