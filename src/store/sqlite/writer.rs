@@ -33,7 +33,7 @@
 //! many entries. Uniqueness needs the writer to be the only one: the
 //! store holds an exclusive lock on the database while open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use rusqlite::{ErrorCode, OptionalExtension, params};
@@ -96,9 +96,10 @@ type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
 #[derive(Clone)]
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<(Write, Reply)>,
-    /// The origin log in memory, shared with readers: `find_by_origin`
-    /// looks here, then at `origins` by key, and never reads the log
-    /// table (it has no index).
+    /// The origin log in memory and the hashes of the merged origins,
+    /// shared with readers: `find_by_origin` looks here first, reads
+    /// `origins` by key only on a hash hit, and never reads the log table
+    /// (it has no index).
     recent: SharedRecent,
     /// Turns true once the writer has stopped and released the database.
     stopped: tokio::sync::watch::Receiver<bool>,
@@ -142,15 +143,17 @@ impl WriterHandle {
         })
     }
 
-    /// The task id the origin log holds for (tenant, message id), if any.
-    /// Checked before `origins`: a merge commits its entries to `origins`
-    /// before it clears them here, so a lookup in that order never misses
-    /// one in between.
-    pub fn logged_origin(&self, tenant: &[u8], message_id: &[u8]) -> Option<Vec<u8>> {
-        read(&self.recent)
-            .get(tenant)
-            .and_then(|m| m.get(message_id))
-            .cloned()
+    /// Where (tenant, message id) stands, in memory. A merge commits its
+    /// entries to `origins` before it moves them here from the log to the
+    /// merged hashes (under one lock), so a lookup never misses one in
+    /// between.
+    pub fn origin(&self, tenant: &[u8], message_id: &[u8]) -> OriginLookup {
+        let index = read(&self.recent);
+        match index.recent.get(tenant).and_then(|m| m.get(message_id)) {
+            Some(id) => OriginLookup::Logged(id.clone()),
+            None if index.may_be_merged(tenant, message_id) => OriginLookup::MaybeMerged,
+            None => OriginLookup::Absent,
+        }
     }
 
     /// Resolves once the writer has stopped (every handle dropped) and the
@@ -346,18 +349,61 @@ type OriginKey = (Vec<u8>, Vec<u8>);
 /// owned copies on every create.
 type Recent = HashMap<Vec<u8>, HashMap<Vec<u8>, Vec<u8>>>;
 
-/// [`Recent`] shared between the writer (which alone changes it) and
-/// readers.
-type SharedRecent = Arc<RwLock<Recent>>;
+/// What memory says of a (tenant, message id).
+pub enum OriginLookup {
+    /// In the origin log: the task id.
+    Logged(Vec<u8>),
+    /// Its hash is among the merged origins': read `origins` to know.
+    MaybeMerged,
+    /// Created no task.
+    Absent,
+}
 
-// A panic while the lock is held cannot leave the map half-changed in a
+/// The creating messages in memory: the log's entries, and a 64-bit hash
+/// of every pair merged into `origins` (read from the table at start, then
+/// added by each merge), so that a lookup of a new message, the common
+/// case, needs no query at all. About 16 bytes per merged task. A purge
+/// leaves its hashes behind: a later lookup of one reads `origins` and
+/// finds nothing, which is only a wasted read.
+#[derive(Default)]
+pub(super) struct OriginIndex {
+    recent: Recent,
+    merged: HashSet<u64, foldhash::fast::RandomState>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl OriginIndex {
+    fn hash(&self, tenant: &[u8], message_id: &[u8]) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.hasher.build_hasher();
+        h.write_usize(tenant.len());
+        h.write(tenant);
+        h.write(message_id);
+        h.finish()
+    }
+
+    fn may_be_merged(&self, tenant: &[u8], message_id: &[u8]) -> bool {
+        self.merged.contains(&self.hash(tenant, message_id))
+    }
+
+    fn add_merged(&mut self, tenant: &[u8], message_id: &[u8]) {
+        let h = self.hash(tenant, message_id);
+        self.merged.insert(h);
+    }
+}
+
+/// [`OriginIndex`] shared between the writer (which alone changes it) and
+/// readers.
+type SharedRecent = Arc<RwLock<OriginIndex>>;
+
+// A panic while the lock is held cannot leave the index half-changed in a
 // way a reader could misuse (each change is one insert or remove), so a
 // poisoned lock is used as it is.
-fn read(recent: &SharedRecent) -> std::sync::RwLockReadGuard<'_, Recent> {
+fn read(recent: &SharedRecent) -> std::sync::RwLockReadGuard<'_, OriginIndex> {
     recent.read().unwrap_or_else(|e| e.into_inner())
 }
 
-fn write(recent: &SharedRecent) -> std::sync::RwLockWriteGuard<'_, Recent> {
+fn write(recent: &SharedRecent) -> std::sync::RwLockWriteGuard<'_, OriginIndex> {
     recent.write().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -377,6 +423,16 @@ pub(super) struct Origins {
 impl Origins {
     fn load(db: &rusqlite::Connection, recent: SharedRecent) -> rusqlite::Result<Self> {
         let merged: i64 = db.query_row("SELECT COUNT(*) FROM origins", [], |r| r.get(0))?;
+        {
+            let mut index = write(&recent);
+            let mut stmt = db.prepare("SELECT tenant, message_id FROM origins")?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let tenant: Vec<u8> = row.get(0)?;
+                let message_id: Vec<u8> = row.get(1)?;
+                index.add_merged(&tenant, &message_id);
+            }
+        }
         let mut origins = Origins {
             recent,
             added: Vec::new(),
@@ -397,7 +453,7 @@ impl Origins {
                 .or_default()
                 .insert(row.get(1)?, row.get(2)?);
         }
-        *write(&self.recent) = recent;
+        write(&self.recent).recent = recent;
         self.stale = false;
         Ok(())
     }
@@ -406,9 +462,9 @@ impl Origins {
     /// back (a purge in the batch may have removed entries, now restored).
     fn rolled_back(&mut self, db: &rusqlite::Connection) {
         {
-            let mut recent = write(&self.recent);
+            let mut index = write(&self.recent);
             for (tenant, message_id) in self.added.drain(..) {
-                if let Some(messages) = recent.get_mut(&tenant) {
+                if let Some(messages) = index.recent.get_mut(&tenant) {
                     messages.remove(&message_id);
                 }
             }
@@ -426,11 +482,14 @@ impl Origins {
         tenant: &[u8],
         message_id: &[u8],
     ) -> rusqlite::Result<Option<Vec<u8>>> {
-        if let Some(id) = read(&self.recent)
+        match read(&self.recent)
+            .recent
             .get(tenant)
             .and_then(|m| m.get(message_id))
         {
-            return Ok(Some(id.clone()));
+            Some(id) => return Ok(Some(id.clone())),
+            None if !read(&self.recent).may_be_merged(tenant, message_id) => return Ok(None),
+            None => {}
         }
         db.prepare_cached("SELECT task_id FROM origins WHERE tenant = ? AND message_id = ?")?
             .query_row(params![tenant, message_id], |r| r.get(0))
@@ -442,6 +501,7 @@ impl Origins {
         db.prepare_cached("INSERT INTO origin_log (tenant, message_id, task_id) VALUES (?, ?, ?)")?
             .execute(params![row.tenant, row.origin_message_id, row.id])?;
         write(&self.recent)
+            .recent
             .entry(row.tenant.clone())
             .or_default()
             .insert(row.origin_message_id.clone(), row.id.clone());
@@ -461,7 +521,7 @@ impl Origins {
         if self.stale {
             self.reload(db)?;
         }
-        let logged: usize = read(&self.recent).values().map(HashMap::len).sum();
+        let logged: usize = read(&self.recent).recent.values().map(HashMap::len).sum();
         if logged < self.merge_at() {
             return Ok(());
         }
@@ -486,7 +546,13 @@ impl Origins {
         match merged {
             Ok(n) => {
                 self.merged += n;
-                write(&self.recent).clear();
+                let mut index = write(&self.recent);
+                let recent = std::mem::take(&mut index.recent);
+                for (tenant, messages) in &recent {
+                    for message_id in messages.keys() {
+                        index.add_merged(tenant, message_id);
+                    }
+                }
                 Ok(())
             }
             Err(e) => {
