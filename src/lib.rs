@@ -7,6 +7,7 @@
 //! task's subscribers.
 
 pub mod agent;
+pub mod connections;
 pub mod discovery;
 pub mod error;
 pub mod json;

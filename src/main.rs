@@ -12,6 +12,7 @@ use tonic::transport::Channel;
 use tracing_subscriber::EnvFilter;
 
 use a2a_lifecycle::agent::demo::{DefaultAgent, Deployer, demo_router_with};
+use a2a_lifecycle::connections;
 use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::json;
 use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
@@ -39,6 +40,44 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// Connection bounds (`a2a_lifecycle::connections`; README, Limits).
+#[derive(clap::Args)]
+struct ConnectionArgs {
+    /// Connections served at once; one more is closed at accept.
+    #[arg(long, default_value_t = connections::MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Concurrent HTTP/2 streams per connection (advertised in SETTINGS).
+    #[arg(long, default_value_t = connections::MAX_CONCURRENT_STREAMS)]
+    max_streams_per_connection: u32,
+    /// Time a new connection has to send the HTTP/2 preface or its first
+    /// HTTP/1.1 request's headers.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    handshake_timeout: Duration,
+    /// Interval of HTTP/2 keepalive pings.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    keepalive_interval: Duration,
+    /// How long a keepalive ping may go unanswered before the connection
+    /// is closed.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    keepalive_timeout: Duration,
+    /// How long shutdown waits for open connections before cutting them.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    shutdown_grace: Duration,
+}
+
+impl ConnectionArgs {
+    fn limits(&self) -> connections::ConnectionLimits {
+        connections::ConnectionLimits {
+            max_connections: self.max_connections,
+            max_concurrent_streams: self.max_streams_per_connection,
+            handshake_timeout: self.handshake_timeout,
+            keepalive_interval: self.keepalive_interval,
+            keepalive_timeout: self.keepalive_timeout,
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -76,6 +115,8 @@ enum Command {
         /// The agent serving requests without a tenant.
         #[arg(long, value_enum, default_value = "test-runner")]
         default_agent: DefaultAgent,
+        #[command(flatten)]
+        connections: ConnectionArgs,
     },
     /// Send a text message.
     Send {
@@ -188,6 +229,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             public_url,
             extended_card,
             default_agent,
+            connections,
         } => {
             let extended_card = extended_card
                 .map(|path| DiscoveryConfig::read_extended_card(&path))
@@ -220,7 +262,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     public_url,
                     extended_card,
                 },
+                connections: connections.limits(),
             };
+            a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
             serve(listener, parts, shutdown_signal())
                 .await
                 .map_err(|e| e as Box<dyn std::error::Error>)?;

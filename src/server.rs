@@ -12,7 +12,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::service::Routes;
@@ -20,6 +19,7 @@ use tonic::transport::Server;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 use crate::agent::AgentRouter;
+use crate::connections::{self, ConnectionLimits};
 use crate::discovery::{Cards, DiscoveryConfig};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::a2a_service_server::A2aServiceServer;
@@ -36,6 +36,7 @@ pub struct ServerParts {
     pub agents: AgentRouter,
     pub runtime: RuntimeConfig,
     pub discovery: DiscoveryConfig,
+    pub connections: ConnectionLimits,
 }
 
 /// Serves on `listener` until `shutdown` completes. First fails the tasks a
@@ -53,7 +54,14 @@ pub async fn serve(
             "failed tasks left active by a previous run of the server"
         );
     }
-    serve_manager_with(listener, manager, parts.discovery, shutdown).await
+    serve_manager_limited(
+        listener,
+        manager,
+        parts.discovery,
+        parts.connections,
+        shutdown,
+    )
+    .await
 }
 
 /// Serves an existing [`TaskManager`] (for embedding and tests), with the
@@ -74,6 +82,27 @@ pub async fn serve_manager_with(
     listener: TcpListener,
     manager: TaskManager,
     discovery: DiscoveryConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    serve_manager_limited(
+        listener,
+        manager,
+        discovery,
+        ConnectionLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_manager_with`] under the given connection bounds
+/// ([`crate::connections`]). Once `shutdown` completes, open connections
+/// get `limits.shutdown_grace` to finish; then this returns and whatever
+/// is left is cut.
+pub async fn serve_manager_limited(
+    listener: TcpListener,
+    manager: TaskManager,
+    discovery: DiscoveryConfig,
+    limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let cards = Arc::new(Cards::build(
@@ -103,28 +132,49 @@ pub async fn serve_manager_with(
 
     tokio::spawn(manager.clone().run_maintenance());
     let token = manager.shutdown_token();
+    let (fired, fired_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: ending open streams and draining calls");
         token.cancel();
+        let _ = fired.send(());
     };
     tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC and agent cards");
     // TCP_NODELAY on every accepted connection: with Nagle's algorithm a
     // small response written in two parts (headers, then body and
     // trailers) waits for the client's delayed ACK, about 40 ms per call.
-    let incoming = TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .map(|accepted| accepted.map(UnvectoredTcp));
+    let incoming = connections::bounded(
+        TcpIncoming::from(listener).with_nodelay(Some(true)),
+        &limits,
+    );
     let routes = Routes::from(cards.router())
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(a2a);
-    Server::builder()
+    let serving = Server::builder()
         .accept_http1(true)
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, signal)
-        .await?;
+        .serve_with_incoming_shutdown(incoming, signal);
+    // A client holding a half-sent request or a silent connection must not
+    // hold shutdown forever: past the grace period the rest is cut.
+    let grace = limits.shutdown_grace;
+    let deadline = async move {
+        if fired_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = serving => served?,
+        () = deadline => {
+            tracing::warn!(grace = ?grace, "shutdown grace period over: cutting the connections left");
+        }
+    }
     Ok(())
 }
 

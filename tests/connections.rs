@@ -1,0 +1,223 @@
+//! Connection bounds over real sockets (issue "hardening", items 2, 3, 6):
+//! the stream cap is advertised in SETTINGS, connections past the cap are
+//! closed at accept while served ones go on, a client that does not finish
+//! its handshake is cut at the deadline, and shutdown ends within its grace
+//! period whatever clients hold open.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::connections::ConnectionLimits;
+use a2a_lifecycle::discovery::DiscoveryConfig;
+use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+use a2a_lifecycle::server::serve_manager_limited;
+use a2a_lifecycle::store::MemoryStore;
+use support::WAIT;
+
+async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(WAIT, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: timed out"))
+}
+
+struct Limited {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    served: JoinHandle<()>,
+}
+
+async fn start(limits: ConnectionLimits) -> Limited {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let manager = TaskManager::new(
+        Arc::new(MemoryStore::new()),
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(async move {
+        serve_manager_limited(
+            listener,
+            manager,
+            DiscoveryConfig::default(),
+            limits,
+            async {
+                let _ = stopped.await;
+            },
+        )
+        .await
+        .expect("server failed");
+    });
+    Limited {
+        addr,
+        stop: Some(stop),
+        served,
+    }
+}
+
+const CARD_REQUEST: &[u8] =
+    b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: test\r\nConnection: keep-alive\r\n\r\n";
+
+/// Sends a card request on a kept-alive HTTP/1.1 connection and reads the
+/// response's status line.
+async fn card_over(stream: &mut TcpStream) -> String {
+    stream.write_all(CARD_REQUEST).await.unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = within("card response", stream.read(&mut buf))
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Reads until the server closes the connection (EOF or reset).
+async fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match within("server closes", stream.read(&mut buf)).await {
+            Ok(0) | Err(_) => return true,
+            Ok(_) => continue,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_cap_is_advertised_in_settings() {
+    let server = start(ConnectionLimits {
+        max_concurrent_streams: 8,
+        ..Default::default()
+    })
+    .await;
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let (client, mut conn) = within("h2 handshake", h2::client::handshake(tcp))
+        .await
+        .unwrap();
+    let mut client = within("ready", client.ready()).await.unwrap();
+    let request = http::Request::get(format!(
+        "http://{}/.well-known/agent-card.json",
+        server.addr
+    ))
+    .body(())
+    .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    // Drive the connection until the answer: the server's SETTINGS come
+    // first on the connection, so they have been read by then.
+    let status = within("h2 response", async {
+        tokio::select! {
+            r = response => r.unwrap().status(),
+            c = &mut conn => panic!("connection ended: {c:?}"),
+        }
+    })
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(conn.max_concurrent_send_streams(), 8);
+    drop((client, conn));
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_are_closed_and_served_ones_go_on() {
+    let server = start(ConnectionLimits {
+        max_connections: 2,
+        ..Default::default()
+    })
+    .await;
+    let mut a = TcpStream::connect(server.addr).await.unwrap();
+    let mut b = TcpStream::connect(server.addr).await.unwrap();
+    assert!(card_over(&mut a).await.contains("200"));
+    assert!(card_over(&mut b).await.contains("200"));
+    let mut c = TcpStream::connect(server.addr).await.unwrap();
+    // c is accepted and closed at once; its request gets nothing.
+    let _ = c.write_all(CARD_REQUEST).await;
+    assert!(closed_by_server(&mut c).await);
+    // The served connections are unaffected.
+    assert!(card_over(&mut a).await.contains("200"));
+    // A place frees up when one closes.
+    drop(b);
+    let mut d = within("reconnect", async {
+        loop {
+            let mut d = TcpStream::connect(server.addr).await.unwrap();
+            d.write_all(CARD_REQUEST).await.unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            match d.read(&mut buf).await {
+                Ok(n) if n > 0 => return d,
+                // Still counted until the server saw b close.
+                _ => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+    assert!(card_over(&mut d).await.contains("200"));
+    drop((a, c, d));
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_finish_its_handshake_is_cut() {
+    let server = start(ConnectionLimits {
+        handshake_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    // Silent.
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    // Half an HTTP/1.1 request.
+    let mut half = TcpStream::connect(server.addr).await.unwrap();
+    half.write_all(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: t")
+        .await
+        .unwrap();
+    // Half the HTTP/2 preface.
+    let mut preface = TcpStream::connect(server.addr).await.unwrap();
+    preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    // A client that says what it is in time is served.
+    let mut whole = TcpStream::connect(server.addr).await.unwrap();
+    assert!(card_over(&mut whole).await.contains("200"));
+    assert!(closed_by_server(&mut silent).await);
+    assert!(closed_by_server(&mut half).await);
+    assert!(closed_by_server(&mut preface).await);
+    // Past its first request, a kept-alive connection is not timed by it.
+    assert!(card_over(&mut whole).await.contains("200"));
+    drop(whole);
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_within_its_grace_whatever_clients_hold_open() {
+    let mut server = start(ConnectionLimits {
+        handshake_timeout: Duration::from_secs(600),
+        shutdown_grace: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let _silent = TcpStream::connect(server.addr).await.unwrap();
+    let mut half = TcpStream::connect(server.addr).await.unwrap();
+    half.write_all(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: t")
+        .await
+        .unwrap();
+    // An HTTP/2 connection with no stream.
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let (_h2, h2_conn) = within("h2 handshake", h2::client::handshake(tcp))
+        .await
+        .unwrap();
+    let driving = tokio::spawn(h2_conn);
+    let _ = server.stop.take().unwrap().send(());
+    within("shutdown", &mut server.served).await.unwrap();
+    driving.abort();
+}
+
+async fn stop(mut server: Limited) {
+    let _ = server.stop.take().unwrap().send(());
+    within("shutdown", server.served).await.unwrap();
+}
