@@ -277,7 +277,14 @@ impl Cards {
     ) -> Result<Option<&Published>, A2aError> {
         check_version(metadata)?;
         let Some(published) = self.by_tenant.get(tenant) else {
-            return Ok(None);
+            // The same answer on every RPC: a tenant no agent serves is a
+            // bad argument, not an empty list or a missing task.
+            let mut served: Vec<&str> = self.by_tenant.keys().map(String::as_str).collect();
+            served.sort_unstable();
+            return Err(A2aError::invalid(
+                "tenant",
+                format!("no agent is served under tenant {tenant:?}; served tenants: {served:?}"),
+            ));
         };
         if streaming && !published.streaming {
             return Err(A2aError::unsupported(
@@ -477,8 +484,8 @@ fn check_version(metadata: &MetadataMap) -> Result<(), A2aError> {
     let Some(value) = metadata.get(VERSION_METADATA) else {
         return Ok(());
     };
-    let requested = value.to_str().unwrap_or("").trim();
-    if requested.is_empty() || major_minor(requested) == Some((1, 0)) {
+    let requested = value.to_str().unwrap_or("");
+    if requested.is_empty() || is_v1_0(requested) {
         return Ok(());
     }
     Err(A2aError::VersionNotSupported {
@@ -486,16 +493,19 @@ fn check_version(metadata: &MetadataMap) -> Result<(), A2aError> {
     })
 }
 
-fn major_minor(version: &str) -> Option<(u32, u32)> {
-    let mut parts = version.split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    match parts.next() {
-        None => {}
-        Some(patch) if patch.parse::<u32>().is_ok() && parts.next().is_none() => {}
-        Some(_) => return None,
+/// Exactly `1.0` or `1.0.N` (N a decimal number without sign, spaces or
+/// leading zeros): the versions this interface serves (spec §3.6.2; the
+/// patch is ignored). " 1.0", "01.0" and "1.00" are other strings.
+fn is_v1_0(version: &str) -> bool {
+    match version.strip_prefix("1.0") {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix('.').is_some_and(|patch| {
+            !patch.is_empty()
+                && patch.bytes().all(|b| b.is_ascii_digit())
+                && (patch == "0" || !patch.starts_with('0'))
+        }),
+        None => false,
     }
-    Some((major, minor))
 }
 
 /// Every extension URI the request declares: the metadata may repeat, and
@@ -525,10 +535,13 @@ mod tests {
     #[test]
     fn version_rules() {
         assert!(check_version(&MetadataMap::new()).is_ok());
-        for ok in ["1.0", "1.0.0", "1.0.7", " 1.0 ", ""] {
+        for ok in ["1.0", "1.0.0", "1.0.7", "1.0.12", ""] {
             assert!(check_version(&with_version(ok)).is_ok(), "{ok:?}");
         }
-        for bad in ["0.3", "1.1", "2.0", "1", "1.0.x", "one", "1.0.0.0"] {
+        for bad in [
+            "0.3", "1.1", "2.0", "1", "1.0.x", "one", "1.0.0.0", " 1.0", "1.0 ", "01.0", "1.00",
+            "1.0.", "1.0.01", "1.0.+1", "1.0.-1",
+        ] {
             let err = check_version(&with_version(bad)).unwrap_err();
             assert_eq!(err.reason(), "VERSION_NOT_SUPPORTED", "{bad:?}");
         }

@@ -380,3 +380,80 @@ async fn oversized_message_is_refused() {
     assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
     server.stop().await;
 }
+
+/// A tenant no agent serves gets the same answer on every RPC:
+/// INVALID_ARGUMENT naming `tenant` (not an empty list, not NOT_FOUND).
+#[tokio::test]
+async fn an_unknown_tenant_is_the_same_error_on_every_rpc() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let t = "no-such-tenant".to_owned();
+    let mut errors = vec![
+        send_err(&mut client, request(&t, user_message("x"), false)).await,
+        client
+            .send_streaming_message(request(&t, user_message("x"), false))
+            .await
+            .unwrap_err(),
+        client
+            .get_task(GetTaskRequest {
+                tenant: t.clone(),
+                id: "x".into(),
+                history_length: None,
+            })
+            .await
+            .unwrap_err(),
+        client
+            .list_tasks(ListTasksRequest {
+                tenant: t.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err(),
+        client
+            .cancel_task(CancelTaskRequest {
+                tenant: t.clone(),
+                id: "x".into(),
+                metadata: None,
+            })
+            .await
+            .unwrap_err(),
+        client
+            .subscribe_to_task(SubscribeToTaskRequest {
+                tenant: t.clone(),
+                id: "x".into(),
+            })
+            .await
+            .unwrap_err(),
+    ];
+    errors.push(
+        client
+            .get_extended_agent_card(GetExtendedAgentCardRequest { tenant: t.clone() })
+            .await
+            .unwrap_err(),
+    );
+    for status in &errors {
+        assert_bad_field(status, "tenant");
+    }
+    server.stop().await;
+}
+
+/// `a2a-version` is exactly `1.0` or `1.0.N` (spec §3.6.2).
+#[tokio::test]
+async fn the_version_is_parsed_exactly() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    for bad in [" 1.0", "01.0", "1.00", "1.0.01"] {
+        let mut req = tonic::Request::new(ListTasksRequest::default());
+        req.metadata_mut()
+            .insert("a2a-version", bad.parse().unwrap());
+        let status = client.list_tasks(req).await.unwrap_err();
+        assert_a2a_error(&status, Code::FailedPrecondition, "VERSION_NOT_SUPPORTED");
+    }
+    for ok in ["1.0", "1.0.3"] {
+        let mut req = tonic::Request::new(ListTasksRequest::default());
+        req.metadata_mut()
+            .insert("a2a-version", ok.parse().unwrap());
+        assert!(client.list_tasks(req).await.is_ok(), "{ok}");
+    }
+    server.stop().await;
+}
