@@ -153,6 +153,7 @@ pub async fn serve_manager_limited(
         .add_service(reflection_v1alpha)
         .add_service(a2a);
     let serving = Server::builder()
+        .layer(tower::util::MapResponseLayer::new(transport_error_info))
         .accept_http1(true)
         .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_keepalive_interval(Some(limits.keepalive_interval))
@@ -176,6 +177,38 @@ pub async fn serve_manager_limited(
         }
     }
     Ok(())
+}
+
+/// Errors tonic answers itself before a handler runs carry no details; the
+/// one a client can cause, a request over [`MAX_MESSAGE_BYTES`]
+/// (OUT_OF_RANGE), gets the `google.rpc.ErrorInfo` every error of this
+/// server carries (spec §10.6), naming the limit. Only trailers-only
+/// answers (status in the headers) are looked at: a handler's own errors
+/// already have their details.
+fn transport_error_info(
+    response: tonic::codegen::http::Response<tonic::body::Body>,
+) -> tonic::codegen::http::Response<tonic::body::Body> {
+    let headers = response.headers();
+    let out_of_range = headers
+        .get("grpc-status")
+        .is_some_and(|v| v.as_bytes() == b"11");
+    if !out_of_range || headers.contains_key("grpc-status-details-bin") {
+        return response;
+    }
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert("max_bytes".to_owned(), MAX_MESSAGE_BYTES.to_string());
+    let details = tonic_types::ErrorDetails::with_error_info(
+        "OUT_OF_RANGE",
+        crate::error::ERROR_DOMAIN,
+        metadata,
+    );
+    use tonic_types::StatusExt;
+    tonic::Status::with_error_details(
+        tonic::Code::OutOfRange,
+        format!("a message is larger than the {MAX_MESSAGE_BYTES} bytes this server accepts"),
+        details,
+    )
+    .into_http()
 }
 
 /// An accepted connection, offered to HTTP/2 without vectored writes.

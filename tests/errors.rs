@@ -457,3 +457,35 @@ async fn the_version_is_parsed_exactly() {
     }
     server.stop().await;
 }
+
+/// A request over the message limit is refused by the transport before any
+/// handler; it still carries ErrorInfo (domain a2a-protocol.org), naming
+/// the limit.
+#[tokio::test]
+async fn a_message_over_the_limit_is_out_of_range_with_error_info() {
+    use tonic_types::StatusExt;
+    let server = TestServer::start().await;
+    let mut client =
+        a2a_lifecycle::proto::a2a_service_client::A2aServiceClient::new(server.channel().await)
+            .max_encoding_message_size(16 * 1024 * 1024);
+    let big = "x".repeat(a2a_lifecycle::server::MAX_MESSAGE_BYTES + 1);
+    let status = send_err(&mut client, request("", user_message(&big), false)).await;
+    assert_a2a_error(&status, Code::OutOfRange, "OUT_OF_RANGE");
+    let info = status.get_details_error_info().unwrap();
+    assert_eq!(
+        info.metadata.get("max_bytes").map(String::as_str),
+        Some(
+            a2a_lifecycle::server::MAX_MESSAGE_BYTES
+                .to_string()
+                .as_str()
+        )
+    );
+    // The connection and the server go on.
+    let ok = send_task(
+        &mut client,
+        request("", user_message("run the tests"), false),
+    )
+    .await;
+    assert_eq!(state_of(&ok), a2a_lifecycle::proto::TaskState::Completed);
+    server.stop().await;
+}
