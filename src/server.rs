@@ -176,6 +176,9 @@ pub async fn serve_manager_limited(
             tracing::warn!(grace = ?grace, "shutdown grace period over: cutting the connections left");
         }
     }
+    // No task is left active in the store: runs end (failing their tasks
+    // with the shutdown message), and those that do not are failed here.
+    manager.drain_runs(grace).await;
     Ok(())
 }
 

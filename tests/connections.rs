@@ -16,11 +16,14 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};
 use a2a_lifecycle::connections::ConnectionLimits;
 use a2a_lifecycle::discovery::DiscoveryConfig;
+use a2a_lifecycle::proto::TaskState;
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
 use a2a_lifecycle::server::serve_manager_limited;
 use a2a_lifecycle::store::MemoryStore;
+use a2a_lifecycle::store::TaskStore;
 use support::WAIT;
 
 async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
@@ -36,13 +39,17 @@ struct Limited {
 }
 
 async fn start(limits: ConnectionLimits) -> Limited {
+    start_with(limits, demo_router(), Arc::new(MemoryStore::new())).await
+}
+
+async fn start_with(
+    limits: ConnectionLimits,
+    agents: AgentRouter,
+    store: Arc<dyn TaskStore>,
+) -> Limited {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let manager = TaskManager::new(
-        Arc::new(MemoryStore::new()),
-        demo_router(),
-        RuntimeConfig::default(),
-    );
+    let manager = TaskManager::new(store, agents, RuntimeConfig::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(async move {
         serve_manager_limited(
@@ -220,4 +227,75 @@ async fn shutdown_ends_within_its_grace_whatever_clients_hold_open() {
 async fn stop(mut server: Limited) {
     let _ = server.stop.take().unwrap().send(());
     within("shutdown", server.served).await.unwrap();
+}
+
+/// `deaf`: WORKING, then never returns and ignores cancellation. Anything
+/// else: WORKING, then returns when cancelled (its task left WORKING, which
+/// the runtime fails).
+struct Stubborn;
+
+#[async_trait::async_trait]
+impl AgentExecutor for Stubborn {
+    async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        sink.status(TaskState::Working, None).await?;
+        if ctx.text() == "deaf" {
+            std::future::pending::<()>().await;
+        }
+        ctx.cancelled.cancelled().await;
+        Ok(())
+    }
+}
+
+/// Graceful shutdown leaves no task active in the store, every time: runs
+/// that stop fail their tasks with the shutdown message, and the tasks of
+/// runs that ignore the shutdown are failed once the grace is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_no_task_active_in_the_store() {
+    let store = Arc::new(MemoryStore::new());
+    let mut server = start_with(
+        ConnectionLimits {
+            shutdown_grace: Duration::from_millis(200),
+            ..Default::default()
+        },
+        AgentRouter::new().with("", Arc::new(Stubborn)),
+        store.clone(),
+    )
+    .await;
+    let mut client = a2a_lifecycle::proto::a2a_service_client::A2aServiceClient::connect(format!(
+        "http://{}",
+        server.addr
+    ))
+    .await
+    .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let text = if i % 2 == 0 { "deaf" } else { "stops" };
+        let task = within(
+            "send",
+            support::send_task(
+                &mut client,
+                support::request("", support::user_message(text), true),
+            ),
+        )
+        .await;
+        ids.push(task.id);
+    }
+    drop(client);
+    let _ = server.stop.take().unwrap().send(());
+    within("shutdown", &mut server.served).await.unwrap();
+    for id in ids {
+        let stored = store.get("", &id).await.unwrap().expect("stored");
+        let task = stored.record.task;
+        assert_eq!(
+            support::state_of(&task),
+            TaskState::Failed,
+            "task {id} left {:?}",
+            support::state_of(&task)
+        );
+        assert!(
+            support::status_text(&task).contains("shut down"),
+            "{}",
+            support::status_text(&task)
+        );
+    }
 }

@@ -102,6 +102,8 @@ pub(crate) struct Shared {
     /// New messages being answered, by (tenant, message_id), with the
     /// repeats waiting for that answer (idempotent sends).
     origins: Mutex<OriginWaiters>,
+    /// Executor runs going on, by task (see `TaskManager::drain_runs`).
+    pub(crate) running: tokio::sync::watch::Sender<HashMap<TaskKey, usize>>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -265,6 +267,7 @@ impl TaskManager {
                 config,
                 live: Mutex::new(HashMap::default()),
                 origins: Mutex::new(HashMap::default()),
+                running: tokio::sync::watch::Sender::new(HashMap::new()),
                 shutdown: CancellationToken::new(),
             }),
         }
@@ -657,6 +660,51 @@ impl TaskManager {
             failed += 1;
         }
         Ok(failed)
+    }
+
+    /// After shutdown: waits up to `grace` for the cancelled runs to end
+    /// (each fails its task with the shutdown message as it ends), then
+    /// fails every task whose executor ignored the cancellation itself, so
+    /// no task is left active in the store when the process exits. Returns
+    /// how many tasks were failed here.
+    pub async fn drain_runs(&self, grace: Duration) -> usize {
+        self.shared.shutdown.cancel();
+        let mut running = self.shared.running.subscribe();
+        let drained = tokio::time::timeout(grace, running.wait_for(HashMap::is_empty))
+            .await
+            .is_ok();
+        if drained {
+            return 0;
+        }
+        let left: Vec<TaskKey> = self.shared.running.borrow().keys().cloned().collect();
+        let mut failed = 0;
+        for key in left {
+            let live = self.shared.live(key.clone());
+            let Ok(state) = live.lock_loaded(&self.shared).await else {
+                continue;
+            };
+            if !state.as_ref().expect("loaded").record.state().is_active() {
+                continue;
+            }
+            let event = TaskEvent::Status(StatusUpdate {
+                state: TaskState::Failed,
+                message: Some(agent_text(format!(
+                    "the server shut down while the task was running; its agent did not stop within {}",
+                    humantime::format_duration(grace)
+                ))),
+                metadata: None,
+            });
+            match live.apply(&self.shared, state, event, Origin::Server).await {
+                Ok(()) => failed += 1,
+                Err(e) => {
+                    tracing::error!(task_id = %key.id, error = %e, "could not fail task at shutdown")
+                }
+            }
+        }
+        if failed > 0 {
+            tracing::warn!(failed, "failed tasks whose agents ignored the shutdown");
+        }
+        failed
     }
 
     /// Retention: deletes terminal tasks whose status is older than

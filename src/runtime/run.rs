@@ -89,7 +89,9 @@ pub(super) fn spawn(
         }),
     };
     let timeout = shared.config.task_timeout;
+    let running = RunningGuard::new(shared, &sink.inner.key);
     tokio::spawn(async move {
+        let _running = running;
         // The executor's future is polled only here; a panic in it leaves
         // nothing half-updated that this task reads afterwards (the sink's
         // state is behind its own locks).
@@ -124,4 +126,36 @@ pub(super) fn spawn(
         };
         sink.finish(failure).await;
     });
+}
+
+/// Counts a run among the server's running ones until its task ends (see
+/// [`super::TaskManager::drain_runs`]).
+struct RunningGuard {
+    shared: Arc<Shared>,
+    key: TaskKey,
+}
+
+impl RunningGuard {
+    fn new(shared: &Arc<Shared>, key: &TaskKey) -> Self {
+        shared.running.send_modify(|r| {
+            *r.entry(key.clone()).or_default() += 1;
+        });
+        RunningGuard {
+            shared: shared.clone(),
+            key: key.clone(),
+        }
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.shared.running.send_modify(|r| {
+            if let Some(n) = r.get_mut(&self.key) {
+                *n -= 1;
+                if *n == 0 {
+                    r.remove(&self.key);
+                }
+            }
+        });
+    }
 }
