@@ -218,3 +218,82 @@ mod origin_log {
         }
     }
 }
+
+/// A database is known by its file (issue "hardening", items 5 and 8): no
+/// symlink, path spelling or hard link opens it twice, and a database file
+/// removed or replaced while serving refuses writes instead of
+/// acknowledging them into a file that is gone.
+mod file_identity {
+    use a2a_lifecycle::lifecycle::TaskRecord;
+    use a2a_lifecycle::proto::Message;
+    use a2a_lifecycle::store::{SqliteStore, StoreError, TaskStore};
+    use prost_types::Timestamp;
+
+    fn record(id: &str) -> TaskRecord {
+        TaskRecord::submitted(
+            id.into(),
+            "c".into(),
+            Message {
+                message_id: format!("m-{id}"),
+                ..Default::default()
+            },
+            Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 0,
+            },
+        )
+    }
+
+    fn refused(result: Result<SqliteStore, StoreError>, what: &str) -> String {
+        match result {
+            Err(StoreError::Unavailable(m)) => m,
+            Err(other) => panic!("{what}: expected UNAVAILABLE, got {other:?}"),
+            Ok(_) => panic!("{what}: the database was opened twice"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_link_or_spelling_opens_a_database_twice() {
+        let path = super::scratch_db();
+        let store = SqliteStore::open(&path).await.unwrap();
+        let dir = path.parent().unwrap();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        // Another spelling of the same path.
+        let spelled = dir.join("..").join("store-sqlite").join(name);
+        let m = refused(SqliteStore::open(&spelled).await, "path spelling");
+        assert!(m.contains("in use"), "{m}");
+        // A symlink to it.
+        let link = dir.join(format!("link-{name}"));
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let m = refused(SqliteStore::open(&link).await, "symlink");
+        assert!(m.contains("in use"), "{m}");
+        // A hard link: refused whoever holds it, since each link would get
+        // a WAL of its own.
+        let hard = dir.join(format!("hard-{name}"));
+        std::fs::hard_link(&path, &hard).unwrap();
+        let m = refused(SqliteStore::open(&hard).await, "hard link");
+        assert!(m.contains("hard links"), "{m}");
+        // The first store is unaffected.
+        assert_eq!(store.create("", &record("t1")).await, Ok(1));
+        let _ = std::fs::remove_file(&hard);
+        let _ = std::fs::remove_file(&link);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_are_refused_once_the_file_is_removed_or_replaced() {
+        let path = super::scratch_db();
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.create("", &record("t1")).await, Ok(1));
+        std::fs::remove_file(&path).unwrap();
+        match store.create("", &record("t2")).await {
+            Err(StoreError::Unavailable(m)) => assert!(m.contains("gone"), "{m}"),
+            other => panic!("a write after the file was removed: {other:?}"),
+        }
+        // Replaced by another file at the same path.
+        std::fs::write(&path, b"").unwrap();
+        match store.create("", &record("t3")).await {
+            Err(StoreError::Unavailable(m)) => assert!(m.contains("replaced"), "{m}"),
+            other => panic!("a write after the file was replaced: {other:?}"),
+        }
+    }
+}

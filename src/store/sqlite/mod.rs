@@ -103,6 +103,29 @@ impl SqliteStore {
                 StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
+        // The database is known by its file, not by the path spelling: the
+        // canonical path names the lock and is what SQLite opens (so a
+        // symlink or `a/../b` reaches the same lock and the same WAL), and
+        // a file with several hard links, which would give each link a WAL
+        // of its own, is refused.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+        let path = std::fs::canonicalize(path).map_err(|e| {
+            StoreError::Unavailable(format!("cannot resolve {}: {e}", path.display()))
+        })?;
+        let path = path.as_path();
+        let identity = writer::FileIdentity::of(path)?;
+        if identity.links > 1 {
+            return Err(StoreError::Unavailable(format!(
+                "{} has {} hard links: a database must be reached through one path \
+                 (each link would get a WAL of its own)",
+                path.display(),
+                identity.links
+            )));
+        }
         let lock = lock_exclusively(path)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -116,12 +139,13 @@ impl SqliteStore {
             .pragma("cache_size", format!("-{CACHE_KIB}"))
             .pragma("mmap_size", MMAP_BYTES.to_string())
             .pragma("wal_autocheckpoint", WAL_CHECKPOINT_PAGES.to_string());
-        Self::connect(options, lock).await
+        Self::connect(options, lock, identity).await
     }
 
     async fn connect(
         options: SqliteConnectOptions,
         lock: std::fs::File,
+        identity: writer::FileIdentity,
     ) -> Result<Self, StoreError> {
         let mut write_conn = SqliteConnection::connect_with(&options)
             .await
@@ -141,7 +165,8 @@ impl SqliteStore {
             .map_err(map_err)?;
         Ok(SqliteStore {
             pool,
-            writer: writer::WriterHandle::spawn(write_conn, checkpoint_conn, lock).await?,
+            writer: writer::WriterHandle::spawn(write_conn, checkpoint_conn, lock, identity)
+                .await?,
         })
     }
 

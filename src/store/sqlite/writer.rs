@@ -115,6 +115,7 @@ impl WriterHandle {
         conn: SqliteConnection,
         checkpoint_conn: SqliteConnection,
         lock: std::fs::File,
+        identity: FileIdentity,
     ) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let checkpoint = spawn_checkpointer(checkpoint_conn);
@@ -128,7 +129,15 @@ impl WriterHandle {
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
-                run(runtime, conn, rx, checkpoint, ready_tx, shared_recent);
+                run(
+                    runtime,
+                    conn,
+                    rx,
+                    checkpoint,
+                    ready_tx,
+                    shared_recent,
+                    identity,
+                );
                 drop(lock);
                 stopped_tx.send_replace(true);
             })
@@ -185,6 +194,7 @@ fn run(
     checkpoint: mpsc::Sender<()>,
     ready: oneshot::Sender<Result<(), StoreError>>,
     recent: SharedRecent,
+    identity: FileIdentity,
 ) {
     {
         let mut locked = match runtime.block_on(conn.lock_handle()) {
@@ -232,7 +242,16 @@ fn run(
                     Err(_) => break,
                 }
             }
-            let results = commit_batch(&db, &batch, &mut origins);
+            // A database file removed or replaced under the server would
+            // take every write acknowledged from now on with it at the
+            // next start: refuse them instead (one stat per batch).
+            let results = match identity.check() {
+                Ok(()) => commit_batch(&db, &batch, &mut origins),
+                Err(e) => {
+                    tracing::error!(error = %e, "sqlite writes refused");
+                    batch.iter().map(|_| Err(e.clone())).collect()
+                }
+            };
             since_checkpoint += batch.len();
             // A full channel means a checkpoint is already due.
             if since_checkpoint >= CHECKPOINT_EVERY_WRITES && checkpoint.try_send(()).is_ok() {
@@ -249,6 +268,48 @@ fn run(
         drop(db);
     }
     let _ = runtime.block_on(sqlx::Connection::close(conn));
+}
+
+/// The database file as it was opened: its path and what it is (device and
+/// inode), to notice it being removed or replaced while serving.
+pub struct FileIdentity {
+    path: std::path::PathBuf,
+    dev: u64,
+    ino: u64,
+    /// Hard links to it when opened.
+    pub links: u64,
+}
+
+impl FileIdentity {
+    pub fn of(path: &std::path::Path) -> Result<Self, StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| StoreError::Unavailable(format!("cannot read {}: {e}", path.display())))?;
+        Ok(FileIdentity {
+            path: path.to_owned(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            links: meta.nlink(),
+        })
+    }
+
+    /// Fails when the path no longer names the opened file.
+    fn check(&self) -> Result<(), StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(&self.path) {
+            Ok(meta) if meta.dev() == self.dev && meta.ino() == self.ino => Ok(()),
+            Ok(_) => Err(StoreError::Unavailable(format!(
+                "the database file {} was replaced while the server ran; writes are refused \
+                 so that none is acknowledged and lost (restart the server)",
+                self.path.display()
+            ))),
+            Err(e) => Err(StoreError::Unavailable(format!(
+                "the database file {} is gone ({e}); writes are refused so that none is \
+                 acknowledged and lost (restart the server)",
+                self.path.display()
+            ))),
+        }
+    }
 }
 
 /// Checkpoints the WAL into the database on its own connection whenever
