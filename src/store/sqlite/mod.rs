@@ -170,6 +170,31 @@ impl SqliteStore {
         })
     }
 
+    /// Moves an undecodable record out of `tasks` into `quarantine`.
+    async fn quarantine(
+        &self,
+        tenant: Vec<u8>,
+        id: Vec<u8>,
+        reason: String,
+    ) -> Result<(), StoreError> {
+        tracing::error!(
+            tenant = %String::from_utf8_lossy(&tenant),
+            task_id = %String::from_utf8_lossy(&id),
+            %reason,
+            "stored task does not decode: moved to the quarantine table"
+        );
+        match self
+            .writer
+            .write(writer::Write::Quarantine { tenant, id, reason })
+            .await?
+        {
+            writer::Outcome::Quarantined => Ok(()),
+            _ => Err(StoreError::Internal(
+                "sqlite writer answered out of turn".into(),
+            )),
+        }
+    }
+
     /// Closes the reader pool (the writer stops when the last handle goes).
     pub async fn close(&self) {
         self.pool.close().await;
@@ -344,7 +369,26 @@ impl TaskStore for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(map_err)?;
-        row.map(|(r, v)| stored(r, v)).transpose()
+        match row {
+            Some((r, v)) => stored(r, v).map(Some),
+            // Rare: a miss also looks among the records set aside.
+            None => {
+                let reason: Option<(String,)> =
+                    sqlx::query_as("SELECT reason FROM quarantine WHERE tenant = ? AND id = ?")
+                        .bind(tenant.as_bytes())
+                        .bind(task_id.as_bytes())
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(map_err)?;
+                match reason {
+                    Some((reason,)) => Err(StoreError::Internal(format!(
+                        "task {task_id:?} was set aside at start because its stored record \
+                         does not decode ({reason}); it is kept in the quarantine table"
+                    ))),
+                    None => Ok(None),
+                }
+            }
+        }
     }
 
     async fn update_encoded(
@@ -417,20 +461,27 @@ impl TaskStore for SqliteStore {
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         let sql = format!(
-            "SELECT tenant, record, version FROM tasks WHERE state IN ({})",
+            "SELECT tenant, id, record, version FROM tasks WHERE state IN ({})",
             state_list(&ACTIVE)
         );
-        let rows: Vec<(Vec<u8>, Vec<u8>, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        let rows: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        rows.into_iter()
-            .map(|(tenant, record, version)| {
-                let tenant = String::from_utf8(tenant)
-                    .map_err(|_| StoreError::Internal("stored tenant is not UTF-8".into()))?;
-                Ok((tenant, stored(record, version)?))
-            })
-            .collect()
+        // A record that no longer decodes must not keep the server from
+        // starting: it is moved aside (logged with its key) and the rest
+        // recovers.
+        let mut active = Vec::with_capacity(rows.len());
+        for (tenant, id, record, version) in rows {
+            let decoded = String::from_utf8(tenant.clone())
+                .map_err(|_| StoreError::Internal("stored tenant is not UTF-8".into()))
+                .and_then(|t| Ok((t, stored(record, version)?)));
+            match decoded {
+                Ok(task) => active.push(task),
+                Err(e) => self.quarantine(tenant, id, e.to_string()).await?,
+            }
+        }
+        Ok(active)
     }
 
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {

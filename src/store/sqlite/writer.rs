@@ -74,8 +74,19 @@ pub(super) struct Row {
 
 pub(super) enum Write {
     Create(Row),
-    Update { row: Row, expected_version: i64 },
-    Purge { before: (i64, i32) },
+    Update {
+        row: Row,
+        expected_version: i64,
+    },
+    Purge {
+        before: (i64, i32),
+    },
+    /// Moves a task whose record does not decode into `quarantine`.
+    Quarantine {
+        tenant: Vec<u8>,
+        id: Vec<u8>,
+        reason: String,
+    },
 }
 
 /// What a write did, as the store reports it.
@@ -89,6 +100,8 @@ pub(super) enum Outcome {
     /// Version mismatch; the current version, or `None` if the task is gone.
     Stale(Option<i64>),
     Purged(u64),
+    /// The task was moved aside.
+    Quarantined,
 }
 
 type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
@@ -715,6 +728,20 @@ fn apply(
                 .query_row(params![row.tenant, row.id], |r| r.get(0))
                 .optional()?;
             Ok(Outcome::Stale(current))
+        }
+        Write::Quarantine { tenant, id, reason } => {
+            let at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
+            db.prepare_cached(
+                "INSERT OR REPLACE INTO quarantine (tenant, id, record, reason, at) \
+                     SELECT tenant, id, record, ?, ? FROM tasks WHERE tenant = ? AND id = ?",
+            )?
+            .execute(params![reason, at, tenant, id])?;
+            db.prepare_cached("DELETE FROM tasks WHERE tenant = ? AND id = ?")?
+                .execute(params![tenant, id])?;
+            Ok(Outcome::Quarantined)
         }
         Write::Purge { before } => {
             // The state list is made of the enum's own numbers, not input.

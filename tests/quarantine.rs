@@ -1,0 +1,84 @@
+//! A record that no longer decodes does not keep the server from starting
+//! (issue "hardening", item 7): start-up recovery moves it to the
+//! quarantine table, logs it, and recovers the rest; GetTask of it answers
+//! INTERNAL naming the reason, and ListTasks goes on without it.
+
+mod support;
+
+use std::sync::Arc;
+
+use sqlx::Connection;
+use tonic::Code;
+
+use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::lifecycle::TaskRecord;
+use a2a_lifecycle::proto::{ListTasksRequest, Message, TaskState};
+use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+use a2a_lifecycle::store::{SqliteStore, TaskStore};
+use prost_types::Timestamp;
+
+fn scratch_db() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("quarantine")
+        .join(format!("{}.db", uuid::Uuid::new_v4()))
+}
+
+fn record(id: &str) -> TaskRecord {
+    TaskRecord::submitted(
+        id.into(),
+        "c".into(),
+        Message {
+            message_id: format!("m-{id}"),
+            ..Default::default()
+        },
+        Timestamp {
+            seconds: 1_700_000_000,
+            nanos: 0,
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_active_record_is_set_aside_and_the_server_starts() {
+    let path = scratch_db();
+    let store = SqliteStore::open(&path).await.unwrap();
+    store.create("", &record("bad")).await.unwrap();
+    store.create("", &record("good")).await.unwrap();
+    store.close().await;
+    let stopped = store.stopped();
+    drop(store);
+    tokio::time::timeout(support::WAIT, stopped)
+        .await
+        .expect("store stopped");
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
+    let mut side = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE tasks SET record = x'ffffffff' WHERE id = x'626164'")
+        .execute(&mut side)
+        .await
+        .unwrap();
+    side.close().await.unwrap();
+
+    let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let manager = TaskManager::new(store.clone(), demo_router(), RuntimeConfig::default());
+    // Start-up recovery goes through: the good task is failed (its run
+    // was lost), the bad one set aside.
+    assert_eq!(manager.fail_orphaned_tasks().await.unwrap(), 1);
+    let server =
+        support::TestServer::start_full(store, demo_router(), RuntimeConfig::default()).await;
+    let mut client = server.client().await;
+    let err = support::get_task(&mut client, "", "bad").await.unwrap_err();
+    support::assert_a2a_error(&err, Code::Internal, "INTERNAL");
+    assert!(err.message().contains("set aside"), "{}", err.message());
+    let good = support::get_task(&mut client, "", "good").await.unwrap();
+    assert_eq!(support::state_of(&good), TaskState::Failed);
+    let page = client
+        .list_tasks(ListTasksRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let ids: Vec<_> = page.tasks.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["good"]);
+    server.stop().await;
+}
