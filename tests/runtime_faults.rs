@@ -53,6 +53,8 @@ impl AgentExecutor for Asking {
 struct Flaky {
     inner: MemoryStore,
     fail: AtomicBool,
+    /// Every update is refused while set (the disk stays full).
+    down: AtomicBool,
 }
 
 #[async_trait]
@@ -67,7 +69,7 @@ impl TaskStore for Flaky {
         self.inner.get(t, id).await
     }
     async fn update_encoded(&self, t: &str, task: &EncodedTask, v: u64) -> Result<u64, StoreError> {
-        if self.fail.swap(false, Ordering::SeqCst) {
+        if self.down.load(Ordering::SeqCst) || self.fail.swap(false, Ordering::SeqCst) {
             return Err(StoreError::Unavailable("disk full (injected)".into()));
         }
         self.inner.update_encoded(t, task, v).await
@@ -87,6 +89,7 @@ async fn flaky_server() -> (TestServer, Arc<Flaky>) {
     let store = Arc::new(Flaky {
         inner: MemoryStore::new(),
         fail: AtomicBool::new(false),
+        down: AtomicBool::new(false),
     });
     let server = TestServer::start_full(
         store.clone(),
@@ -229,5 +232,115 @@ async fn a_blocking_follow_up_answers_at_a_stop_when_a_queued_run_moves_on() {
     assert_eq!(state_of(&answered), TaskState::InputRequired);
     let b = within("b's wait", m.wait(*b)).await.unwrap();
     assert_eq!(state_of(&b), TaskState::InputRequired);
+    server.stop().await;
+}
+
+/// WORKING, then waits for `gate`, then reports progress (which fails while
+/// the store is down, and the agent propagates the error).
+struct Gated {
+    gate: tokio::sync::Notify,
+    working: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl AgentExecutor for Gated {
+    async fn execute(&self, _ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        sink.status(TaskState::Working, None).await?;
+        self.working.notify_one();
+        self.gate.notified().await;
+        sink.status(TaskState::Working, Some("50% done")).await?;
+        sink.status(TaskState::Completed, None).await?;
+        Ok(())
+    }
+}
+
+/// A failed write never strands a task (issue "hardening", item 1): while
+/// the store refuses every write, the task's stream ends at once with
+/// UNAVAILABLE; once the store takes writes again the task is FAILED, its
+/// status message naming the store's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(),
+        fail: AtomicBool::new(false),
+        down: AtomicBool::new(false),
+    });
+    let agent = Arc::new(Gated {
+        gate: tokio::sync::Notify::new(),
+        working: tokio::sync::Notify::new(),
+    });
+    let server = TestServer::start_full(
+        store.clone(),
+        AgentRouter::new().with("", agent.clone()),
+        RuntimeConfig::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    let task = within(
+        "send",
+        send_task(&mut client, request("", user_message("go"), true)),
+    )
+    .await;
+    within("working", agent.working.notified()).await;
+    let mut stream = within(
+        "subscribe",
+        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
+            tenant: String::new(),
+            id: task.id.clone(),
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    within("snapshot", stream.message()).await.unwrap().unwrap();
+    store.down.store(true, Ordering::SeqCst);
+    agent.gate.notify_one();
+    // The stream ends with the store's error, not a hang.
+    let err = loop {
+        match within("stream", stream.message()).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without the store's error"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    // Still WORKING in the store while it refuses writes.
+    let stuck = within("get", get_task(&mut client, "", &task.id))
+        .await
+        .unwrap();
+    assert_eq!(state_of(&stuck), TaskState::Working);
+    store.down.store(false, Ordering::SeqCst);
+    // The runtime fails it once the store takes writes again.
+    let failed = match within(
+        "subscribe again",
+        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
+            tenant: String::new(),
+            id: task.id.clone(),
+        }),
+    )
+    .await
+    {
+        Ok(stream) => {
+            let events = within("to the end", collect(stream.into_inner()))
+                .await
+                .unwrap();
+            assert_eq!(describe(events.last().unwrap()), "status:TASK_STATE_FAILED");
+            within("get", get_task(&mut client, "", &task.id))
+                .await
+                .unwrap()
+        }
+        Err(e) => {
+            assert_a2a_error(&e, Code::FailedPrecondition, "UNSUPPORTED_OPERATION");
+            within("get", get_task(&mut client, "", &task.id))
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(state_of(&failed), TaskState::Failed);
+    assert!(
+        status_text(&failed).contains("disk full"),
+        "{}",
+        status_text(&failed)
+    );
     server.stop().await;
 }

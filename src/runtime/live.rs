@@ -78,6 +78,11 @@ pub(crate) enum Signal {
 
 pub(crate) type Broadcast = Arc<Signal>;
 
+/// First wait before retrying to fail a task the store refused.
+pub const FAIL_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(50);
+/// Longest wait between those retries.
+pub const FAIL_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Follow-up messages a task may hold queued behind its running executor
 /// (spec §3.2.2: a non-blocking send returns at once, so the queue is where
 /// they wait). One more is refused with RESOURCE_EXHAUSTED.
@@ -770,6 +775,42 @@ impl LiveTask {
             last.follow_up = Some(seq);
         }
         seq
+    }
+
+    /// Makes a task the store would not let the runtime fail FAILED once
+    /// the store takes it (a full disk, a lost database): retried in the
+    /// background with backoff ([`FAIL_RETRY_FIRST`] doubling up to
+    /// [`FAIL_RETRY_MAX`]) while the task is active, so no task is left
+    /// SUBMITTED or WORKING with nothing to move it on. Its streams already
+    /// ended with the store's error when the write failed.
+    pub(crate) fn fail_until_stored(self: Arc<Self>, shared: Arc<Shared>, message: String) {
+        tokio::spawn(async move {
+            let mut delay = FAIL_RETRY_FIRST;
+            loop {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(FAIL_RETRY_MAX);
+                let Ok(state) = self.lock_loaded(&shared).await else {
+                    continue;
+                };
+                if !state.as_ref().expect("loaded").record.state().is_active() {
+                    return;
+                }
+                let event = TaskEvent::Status(crate::lifecycle::StatusUpdate {
+                    state: TaskState::Failed,
+                    message: Some(super::agent_text(message.clone())),
+                    metadata: None,
+                });
+                match self.apply(&shared, state, event, Origin::Server).await {
+                    Ok(()) => {
+                        tracing::info!(task_id = %self.key.id, "task failed after the store recovered");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(task_id = %self.key.id, error = %e, retry_in = ?delay, "store still refuses the task's failure");
+                    }
+                }
+            }
+        });
     }
 
     /// The current run ended: starts the next queued one, if any may run.

@@ -369,7 +369,7 @@ impl EventSink {
     pub(crate) async fn time_out(&self, reason: String) {
         let event = TaskEvent::Status(StatusUpdate {
             state: TaskState::Failed,
-            message: Some(agent_text(reason)),
+            message: Some(agent_text(reason.clone())),
             metadata: None,
         });
         let mode = self.inner.mode.lock().await;
@@ -386,7 +386,19 @@ impl EventSink {
                     Ok(state) => state.as_ref().expect("loaded").record.state().is_active(),
                     Err(_) => false,
                 };
-                active && self.emit_as(event, Origin::Server).await.is_ok()
+                active
+                    && match self.emit_as(event, Origin::Server).await {
+                        Ok(()) => true,
+                        Err(e) => {
+                            // The timeout still applies when the store
+                            // fails: the task is failed once it takes it.
+                            live.fail_until_stored(
+                                shared.clone(),
+                                format!("{reason}; a store write failed: {e}"),
+                            );
+                            true
+                        }
+                    }
             }
             SinkMode::Replied | SinkMode::Done => false,
         };
@@ -449,17 +461,38 @@ impl EventSink {
                 // still gets its task).
                 let event = TaskEvent::Status(StatusUpdate {
                     state: TaskState::Failed,
-                    message: Some(agent_text(reason)),
+                    message: Some(agent_text(reason.clone())),
                     metadata: None,
                 });
                 if let Err(e) = self.emit_as(event, Origin::Server).await {
-                    tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task");
+                    tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task; retrying until the store takes it");
+                    if let Some(live) = &live {
+                        live.clone().fail_until_stored(
+                            shared.clone(),
+                            format!("{reason}; a store write failed: {e}"),
+                        );
+                    }
                 }
             }
             None => {
-                if let Some(flushed) = flushed {
-                    // Errors were already reported to streams and waiters.
-                    let _ = flushed.wait().await;
+                if let Some(flushed) = flushed
+                    && let Err(e) = flushed.wait().await
+                    && let Some(live) = &live
+                {
+                    // The agent's last events were dropped (streams and
+                    // waiters were told): the task is back where the store
+                    // has it, which may be active with no run left to move
+                    // it on. It is failed, naming the store's error, once
+                    // the store takes writes.
+                    let active = live.lock_loaded(shared).await.is_ok_and(|state| {
+                        state.as_ref().expect("loaded").record.state().is_active()
+                    });
+                    if active {
+                        live.clone().fail_until_stored(
+                            shared.clone(),
+                            format!("the agent's last changes could not be stored: {e}"),
+                        );
+                    }
                 }
             }
         }
