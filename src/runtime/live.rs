@@ -149,6 +149,31 @@ pub(crate) struct Loaded {
     /// next event.
     failure: Option<StoreError>,
     events: Option<broadcast::Sender<Broadcast>>,
+    /// At least the encoded size of the working copy's task: exact after
+    /// each write, grown by each accepted event's size in between (see
+    /// [`MAX_TASK_BYTES`]).
+    bytes: usize,
+}
+
+/// Largest encoded task a client message or an agent event may produce:
+/// below [`crate::server::MAX_MESSAGE_BYTES`], with room for the response
+/// around it, so GetTask of any stored task can always be answered. The
+/// server's own events (cancel, failure: a short status message) are never
+/// refused, so a task at the limit can still end.
+pub const MAX_TASK_BYTES: usize = 3 * 1024 * 1024;
+
+/// What an event adds to a task's encoded size, at most.
+fn event_bytes(event: &TaskEvent) -> usize {
+    use prost::Message as _;
+    // Field tags, lengths and the status wrapper around the payload.
+    const OVERHEAD: usize = 32;
+    OVERHEAD
+        + match event {
+            TaskEvent::Status(u) => u.message.as_ref().map_or(0, |m| m.encoded_len()),
+            TaskEvent::Artifact(a) => a.artifact.encoded_len(),
+            TaskEvent::UserMessage(m) => m.encoded_len(),
+            TaskEvent::Metadata(m) => m.encoded_len(),
+        }
 }
 
 /// An accepted event waiting for its commit.
@@ -168,8 +193,10 @@ struct Pending {
 
 impl Loaded {
     pub(crate) fn new(record: TaskRecord, version: u64) -> Self {
+        use prost::Message as _;
         Loaded {
             committed: None,
+            bytes: record.task.encoded_len(),
             record,
             version,
             pending: Vec::new(),
@@ -238,6 +265,11 @@ pub enum ApplyFailure {
     Rejected(#[from] ApplyError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The event would make the task larger than [`MAX_TASK_BYTES`].
+    #[error(
+        "task {task_id:?} would grow to {size} bytes encoded, over the {MAX_TASK_BYTES}-byte limit"
+    )]
+    TooLarge { task_id: String, size: usize },
 }
 
 impl From<ApplyFailure> for A2aError {
@@ -245,6 +277,11 @@ impl From<ApplyFailure> for A2aError {
         match f {
             ApplyFailure::Rejected(e) => A2aError::Internal(e.to_string()),
             ApplyFailure::Store(e) => store_error(e),
+            ApplyFailure::TooLarge { ref task_id, .. } => A2aError::ResourceExhausted {
+                message: f.to_string(),
+                task_id: Some(task_id.clone()),
+                limit: "MAX_TASK_BYTES",
+            },
         }
     }
 }
@@ -351,6 +388,19 @@ impl LiveTask {
         {
             return Err(ApplyFailure::Store(e));
         }
+        let added = event_bytes(&event);
+        if origin == Origin::Agent || matches!(event, TaskEvent::UserMessage(_)) {
+            let exact = || {
+                use prost::Message as _;
+                loaded.record.task.encoded_len()
+            };
+            if loaded.bytes + added > MAX_TASK_BYTES && exact() + added > MAX_TASK_BYTES {
+                return Err(ApplyFailure::TooLarge {
+                    task_id: self.key.id.clone(),
+                    size: exact() + added,
+                });
+            }
+        }
         if loaded.pending.is_empty() && loaded.committed.is_none() {
             // The working copy is about to move ahead of the store: keep
             // what readers must go on seeing until the commit.
@@ -359,6 +409,7 @@ impl LiveTask {
         let out = loaded
             .record
             .apply(event.clone(), now(), policy(shared, origin))?;
+        loaded.bytes += added;
         let (tx, rx) = oneshot::channel();
         let run = self.runs().started;
         loaded.pending.push(Pending {
@@ -472,6 +523,7 @@ impl LiveTask {
             match result {
                 Ok(version) => {
                     loaded.version = version;
+                    loaded.bytes = write.bytes.len();
                     loaded.committed = Some(write);
                     let done: Vec<Pending> = loaded.pending.drain(..count).collect();
                     let mut follow_ups = false;

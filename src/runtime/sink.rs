@@ -98,6 +98,13 @@ pub enum SinkError {
     Rejected(#[from] ApplyError),
     #[error("task store failed: {0}")]
     Store(#[from] StoreError),
+    /// The event would make the task larger than
+    /// [`super::live::MAX_TASK_BYTES`]: the task is unchanged.
+    #[error(
+        "task {task_id:?} would grow to {size} bytes encoded, over the {}-byte limit",
+        super::live::MAX_TASK_BYTES
+    )]
+    TooLarge { task_id: String, size: usize },
     #[error("the agent already replied with a message; this request has no task")]
     AlreadyReplied,
     #[error("a direct reply is only possible before a task exists")]
@@ -115,6 +122,7 @@ impl From<ApplyFailure> for SinkError {
         match f {
             ApplyFailure::Rejected(e) => SinkError::Rejected(e),
             ApplyFailure::Store(e) => SinkError::Store(e),
+            ApplyFailure::TooLarge { task_id, size } => SinkError::TooLarge { task_id, size },
         }
     }
 }

@@ -11,6 +11,11 @@ use crate::proto::{
 };
 use crate::runtime::stream::CloseAt;
 use crate::runtime::{TaskManager, store_error};
+use crate::store::{Cursor, status_key};
+
+/// Encoded tasks one ListTasks response may carry: the message limit, less
+/// room for the response's other fields.
+pub const MAX_PAGE_BYTES: usize = crate::server::MAX_MESSAGE_BYTES - 64 * 1024;
 
 pub async fn get_task(
     manager: &TaskManager,
@@ -33,6 +38,29 @@ pub async fn list_tasks(
         .list(&req.tenant, &query)
         .await
         .map_err(store_error)?;
+    let mut page = page;
+    // A page must fit in one response: tasks are bounded (MAX_TASK_BYTES)
+    // but a page of them is not, so a page ends early, with a token for the
+    // rest, once it would pass the response limit.
+    let mut bytes = 0;
+    let fits = page
+        .tasks
+        .iter()
+        .position(|t| {
+            bytes += prost::Message::encoded_len(t) + 8;
+            bytes > MAX_PAGE_BYTES
+        })
+        .map(|n| n.max(1));
+    if let Some(keep) = fits
+        && keep < page.tasks.len()
+    {
+        page.tasks.truncate(keep);
+        let last = page.tasks.last().expect("at least one task");
+        page.next = Some(Cursor {
+            status: status_key(last),
+            task_id: last.id.clone(),
+        });
+    }
     Ok(Response::new(ListTasksResponse {
         tasks: page.tasks,
         // spec §3.1.4: always present, empty on the last page.

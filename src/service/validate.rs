@@ -11,6 +11,7 @@ use crate::error::{A2aError, FieldViolation};
 use crate::lifecycle::{HistoryLength, state_from_i32};
 use crate::proto::{ListTasksRequest, Role, SendMessageRequest, part};
 use crate::runtime::MessageRequest;
+use crate::runtime::live::MAX_TASK_BYTES;
 use crate::store::{Cursor, DEFAULT_PAGE_SIZE, ListQuery, MAX_PAGE_SIZE};
 
 /// Longest id (message_id, task_id, context_id, tenant) accepted, in bytes.
@@ -21,6 +22,9 @@ pub const MAX_PARTS: usize = 1024;
 pub const MAX_OUTPUT_MODES: usize = 64;
 /// Longest media type accepted in `accepted_output_modes`, in bytes.
 pub const MAX_MEDIA_TYPE_BYTES: usize = 256;
+
+/// What a new task holds besides its first message (ids, status), at most.
+const NEW_TASK_OVERHEAD_BYTES: usize = 1024;
 
 /// A SendMessage request that passed validation.
 pub struct SendRequest {
@@ -134,6 +138,19 @@ pub fn send_request(req: SendMessageRequest) -> Result<SendRequest, A2aError> {
         }
     }
     v.finish()?;
+    // The task it creates or joins must stay answerable (see
+    // `MAX_TASK_BYTES`); a follow-up is checked against the task's size
+    // when it is applied.
+    let size = prost::Message::encoded_len(&message) + NEW_TASK_OVERHEAD_BYTES;
+    if size > MAX_TASK_BYTES {
+        return Err(A2aError::ResourceExhausted {
+            message: format!(
+                "the message is {size} bytes encoded; a task may hold at most {MAX_TASK_BYTES}"
+            ),
+            task_id: None,
+            limit: "MAX_TASK_BYTES",
+        });
+    }
     Ok(SendRequest {
         tenant: req.tenant,
         request: MessageRequest {
