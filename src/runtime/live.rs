@@ -294,6 +294,9 @@ pub(crate) struct LiveTask {
     pub(crate) progress: watch::Sender<Progress>,
     /// Locked after `state` when both are held, never across an await.
     runs: Mutex<Runs>,
+    /// `Runs::started`, readable without the runs lock (each event is
+    /// tagged with it).
+    current_run: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for LiveTask {
@@ -336,6 +339,7 @@ impl LiveTask {
                 write_failures: 0,
             }),
             runs: Mutex::new(Runs::default()),
+            current_run: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -411,7 +415,9 @@ impl LiveTask {
             .apply(event.clone(), now(), policy(shared, origin))?;
         loaded.bytes += added;
         let (tx, rx) = oneshot::channel();
-        let run = self.runs().started;
+        // Read without the runs lock: set only under this task's lock
+        // (held here), on every event.
+        let run = self.current_run.load(std::sync::atomic::Ordering::Relaxed);
         loaded.pending.push(Pending {
             event,
             origin,
@@ -800,6 +806,8 @@ impl LiveTask {
         let mut runs = self.runs();
         runs.active = true;
         runs.started = 1;
+        self.current_run
+            .store(1, std::sync::atomic::Ordering::Relaxed);
         runs.reserved = 1;
         runs.cancel = Some(cancel);
         drop(runs);
@@ -926,6 +934,8 @@ impl LiveTask {
             let cancelled = shared.shutdown.child_token();
             runs.active = true;
             runs.started = seq;
+            self.current_run
+                .store(seq, std::sync::atomic::Ordering::Relaxed);
             runs.cancel = Some(cancelled.clone());
             drop(runs);
             self.progress.send_modify(|p| {
