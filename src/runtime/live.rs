@@ -849,20 +849,11 @@ impl LiveTask {
             loop {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(FAIL_RETRY_MAX);
-                let Ok(state) = self.lock_loaded(&shared).await else {
-                    continue;
-                };
-                if !state.as_ref().expect("loaded").record.state().is_active() {
-                    return;
-                }
-                let event = TaskEvent::Status(crate::lifecycle::StatusUpdate {
-                    state: TaskState::Failed,
-                    message: Some(super::agent_text(message.clone())),
-                    metadata: None,
-                });
-                match self.apply(&shared, state, event, Origin::Server).await {
-                    Ok(()) => {
-                        tracing::info!(task_id = %self.key.id, "task failed after the store recovered");
+                match self.fail_if_active(&shared, &message).await {
+                    Ok(failed) => {
+                        if failed {
+                            tracing::info!(task_id = %self.key.id, "task failed after the store recovered");
+                        }
                         return;
                     }
                     Err(e) => {
@@ -871,6 +862,27 @@ impl LiveTask {
                 }
             }
         });
+    }
+
+    /// The server's own FAILED, with `message` as the status message, for a
+    /// task still SUBMITTED or WORKING (recovery, shutdown, a failed store):
+    /// committed before this returns. `Ok(false)`: the task was not active.
+    pub(crate) async fn fail_if_active(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        message: &str,
+    ) -> Result<bool, A2aError> {
+        let state = self.lock_loaded(shared).await?;
+        if !state.as_ref().expect("loaded").record.state().is_active() {
+            return Ok(false);
+        }
+        let event = TaskEvent::Status(crate::lifecycle::StatusUpdate {
+            state: TaskState::Failed,
+            message: Some(super::agent_text(message)),
+            metadata: None,
+        });
+        self.apply(shared, state, event, Origin::Server).await?;
+        Ok(true)
     }
 
     /// The current run ended: starts the next queued one, if any may run.

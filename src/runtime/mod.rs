@@ -392,12 +392,8 @@ impl TaskManager {
         history: HistoryLength,
         subscribe: bool,
     ) -> Result<SendOutcome, A2aError> {
-        let RunRequest {
-            agent,
-            mut message,
-            metadata,
-            accepted_output_modes,
-        } = request;
+        let mut request = request;
+        let message = &mut request.message;
         let live = self.live(tenant, &message.task_id);
         let mut state = live.lock_loaded(&self.shared).await?;
         let loaded = state.as_mut().expect("loaded");
@@ -450,15 +446,7 @@ impl TaskManager {
             TaskEvent::UserMessage(message.clone()),
             Origin::Server,
         )?;
-        let run = live.queue_run_locked(
-            &mut state,
-            RunRequest {
-                agent,
-                message,
-                metadata,
-                accepted_output_modes,
-            },
-        );
+        let run = live.queue_run_locked(&mut state, request);
         drop(state);
         // The client is told (snapshot, stream) only once the message is
         // committed; the flush that commits it admits its run.
@@ -646,18 +634,9 @@ impl TaskManager {
         let mut failed = 0;
         for (tenant, stored) in active {
             let live = self.live(&tenant, &stored.record.task.id);
-            let state = live.lock_loaded(&self.shared).await?;
-            if !state.as_ref().expect("loaded").record.state().is_active() {
-                continue;
+            if live.fail_if_active(&self.shared, RESTART_FAILURE).await? {
+                failed += 1;
             }
-            let event = TaskEvent::Status(StatusUpdate {
-                state: TaskState::Failed,
-                message: Some(agent_text(RESTART_FAILURE)),
-                metadata: None,
-            });
-            live.apply(&self.shared, state, event, Origin::Server)
-                .await?;
-            failed += 1;
         }
         Ok(failed)
     }
@@ -677,25 +656,16 @@ impl TaskManager {
             return 0;
         }
         let left: Vec<TaskKey> = self.shared.running.borrow().keys().cloned().collect();
+        let message = format!(
+            "the server shut down while the task was running; its agent did not stop within {}",
+            humantime::format_duration(grace)
+        );
         let mut failed = 0;
         for key in left {
             let live = self.shared.live(key.clone());
-            let Ok(state) = live.lock_loaded(&self.shared).await else {
-                continue;
-            };
-            if !state.as_ref().expect("loaded").record.state().is_active() {
-                continue;
-            }
-            let event = TaskEvent::Status(StatusUpdate {
-                state: TaskState::Failed,
-                message: Some(agent_text(format!(
-                    "the server shut down while the task was running; its agent did not stop within {}",
-                    humantime::format_duration(grace)
-                ))),
-                metadata: None,
-            });
-            match live.apply(&self.shared, state, event, Origin::Server).await {
-                Ok(()) => failed += 1,
+            match live.fail_if_active(&self.shared, &message).await {
+                Ok(true) => failed += 1,
+                Ok(false) => {}
                 Err(e) => {
                     tracing::error!(task_id = %key.id, error = %e, "could not fail task at shutdown")
                 }
