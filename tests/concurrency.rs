@@ -26,13 +26,6 @@ use a2a_lifecycle::runtime::live::MAX_QUEUED_MESSAGES;
 use a2a_lifecycle::store::{SqliteStore, TaskStore};
 use support::*;
 
-/// Every await of a test, bounded: a regression fails instead of hanging.
-async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: timed out"))
-}
-
 fn follow_up(task: &Task, text: &str) -> a2a_lifecycle::proto::Message {
     let mut m = user_message(text);
     m.task_id = task.id.clone();
@@ -149,6 +142,33 @@ impl AgentExecutor for Scripted {
     }
 }
 
+/// Sends `text` to the scripted agent without blocking and waits until its
+/// run says WORKING.
+async fn working(client: &mut Client, agent: &Scripted, text: &str) -> Task {
+    let task = within(
+        "send",
+        send_task(client, request("", user_message(text), true)),
+    )
+    .await;
+    within("working", agent.working.notified()).await;
+    task
+}
+
+/// CancelTask, which must succeed.
+async fn cancel(client: &mut Client, id: &str) -> Task {
+    within(
+        "cancel",
+        client.cancel_task(CancelTaskRequest {
+            tenant: String::new(),
+            id: id.to_owned(),
+            metadata: None,
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner()
+}
+
 async fn scripted_server(config: RuntimeConfig) -> (TestServer, Arc<Scripted>) {
     let agent = Arc::new(Scripted {
         gate: Arc::new(Semaphore::new(0)),
@@ -220,12 +240,7 @@ async fn non_blocking_follow_up_answers_while_the_run_goes_on() {
 async fn message_to_a_canceled_task_whose_executor_ignores_cancellation_is_refused() {
     let (server, agent) = scripted_server(RuntimeConfig::default()).await;
     let mut client = server.client().await;
-    let task = within(
-        "send",
-        send_task(&mut client, request("", user_message("deaf"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
+    let task = working(&mut client, &agent, "deaf").await;
     let canceled = within(
         "cancel",
         client.cancel_task(CancelTaskRequest {
@@ -269,12 +284,7 @@ async fn message_to_a_timed_out_task_whose_executor_ignores_cancellation_is_refu
     };
     let (server, agent) = scripted_server(config).await;
     let mut client = server.client().await;
-    let task = within(
-        "send",
-        send_task(&mut client, request("", user_message("deaf"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
+    let task = working(&mut client, &agent, "deaf").await;
     let events = within(
         "subscribe",
         client.subscribe_to_task(SubscribeToTaskRequest {
@@ -514,12 +524,7 @@ async fn metadata_round_trips() {
 async fn a_follow_up_during_a_run_is_seen_by_the_next_run() {
     let (server, agent) = scripted_server(RuntimeConfig::default()).await;
     let mut client = server.client().await;
-    let task = within(
-        "send",
-        send_task(&mut client, request("", user_message("hold"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
+    let task = working(&mut client, &agent, "hold").await;
     let message = follow_up(&task, "finish");
     let id = message.message_id.clone();
     let mut blocking = server.client().await;
@@ -557,12 +562,7 @@ async fn a_follow_up_during_a_run_is_seen_by_the_next_run() {
 async fn queued_follow_ups_are_bounded_ordered_and_dropped_when_terminal() {
     let (server, agent) = scripted_server(RuntimeConfig::default()).await;
     let mut client = server.client().await;
-    let task = within(
-        "send",
-        send_task(&mut client, request("", user_message("hold"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
+    let task = working(&mut client, &agent, "hold").await;
     let mut queued = Vec::new();
     for i in 0..MAX_QUEUED_MESSAGES {
         let m = follow_up(&task, &format!("q{i}"));
@@ -582,27 +582,12 @@ async fn queued_follow_ups_are_bounded_ordered_and_dropped_when_terminal() {
         .unwrap();
     assert_eq!(user_ids(&t)[1..], queued[..]);
     // Cancel while the run holds: the queued messages get no run.
-    let canceled = within(
-        "cancel",
-        client.cancel_task(CancelTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
-            metadata: None,
-        }),
-    )
-    .await
-    .unwrap()
-    .into_inner();
+    let canceled = cancel(&mut client, &task.id).await;
     assert_eq!(state_of(&canceled), TaskState::Canceled);
     assert_eq!(user_ids(&canceled)[1..], queued[..], "still in history");
     agent.gate.add_permits(1);
     // Nothing left to start: the only run was the first.
-    let task2 = within(
-        "send",
-        send_task(&mut client, request("", user_message("hold"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
+    let task2 = working(&mut client, &agent, "hold").await;
     // Ordered runs: queue two behind a held run, then let it go. Each
     // returns at AUTH_REQUIRED, so the next one still runs.
     let a = follow_up(&task2, "auth a");
@@ -1000,12 +985,7 @@ async fn a_cancel_racing_a_stream_opening_never_leaves_it_open() {
     let (server, agent) = scripted_server(RuntimeConfig::default()).await;
     let mut client = server.client().await;
     for _ in 0..40 {
-        let task = within(
-            "send",
-            send_task(&mut client, request("", user_message("hold"), true)),
-        )
-        .await;
-        within("working", agent.working.notified()).await;
+        let task = working(&mut client, &agent, "hold").await;
         let mut streaming = server.client().await;
         let message = follow_up(&task, "finish");
         let stream = tokio::spawn(async move {
@@ -1020,17 +1000,7 @@ async fn a_cancel_racing_a_stream_opening_never_leaves_it_open() {
                 }
             }
         });
-        let canceled = within(
-            "cancel",
-            client.cancel_task(CancelTaskRequest {
-                tenant: String::new(),
-                id: task.id.clone(),
-                metadata: None,
-            }),
-        )
-        .await
-        .unwrap()
-        .into_inner();
+        let canceled = cancel(&mut client, &task.id).await;
         assert_eq!(state_of(&canceled), TaskState::Canceled);
         if let Some(events) = within("stream ends", stream).await.unwrap() {
             assert_eq!(

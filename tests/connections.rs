@@ -24,13 +24,7 @@ use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
 use a2a_lifecycle::server::serve_manager_limited;
 use a2a_lifecycle::store::MemoryStore;
 use a2a_lifecycle::store::TaskStore;
-use support::WAIT;
-
-async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: timed out"))
-}
+use support::within;
 
 struct Limited {
     addr: SocketAddr,

@@ -23,12 +23,6 @@ use a2a_lifecycle::runtime::RuntimeConfig;
 use a2a_lifecycle::store::SqliteStore;
 use support::*;
 
-async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: timed out"))
-}
-
 /// A tmpfs mounted for the test, unmounted when dropped.
 struct Tmpfs(PathBuf);
 
@@ -132,28 +126,10 @@ async fn a_full_disk_fails_the_task_once_space_returns() {
     };
     eprintln!("stream ended with: {err:?}");
     std::fs::remove_file(&filler).unwrap();
-    let failed = match within(
-        "subscribe again",
-        client.subscribe_to_task(SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
-        }),
-    )
-    .await
-    {
-        Ok(stream) => {
-            let events = within("to the end", collect(stream.into_inner()))
-                .await
-                .unwrap();
-            assert_eq!(describe(events.last().unwrap()), "status:TASK_STATE_FAILED");
-            within("get", get_task(&mut client, "", &task.id))
-                .await
-                .unwrap()
-        }
-        Err(_) => within("get", get_task(&mut client, "", &task.id))
-            .await
-            .unwrap(),
-    };
+    let (events, failed) = settled(&mut client, "", &task.id).await;
+    if let Some(last) = events.last() {
+        assert_eq!(describe(last), "status:TASK_STATE_FAILED");
+    }
     assert_eq!(state_of(&failed), TaskState::Failed);
     let text = status_text(&failed);
     assert!(

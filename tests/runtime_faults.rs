@@ -16,17 +16,11 @@ use tonic::Code;
 use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};
 use a2a_lifecycle::lifecycle::HistoryLength;
 use a2a_lifecycle::proto::{Task, TaskState};
-use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskHandle, TaskManager};
 use a2a_lifecycle::store::{
     EncodedTask, ListQuery, MemoryStore, StoreError, StoredTask, TaskPage, TaskStore,
 };
 use support::*;
-
-async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: timed out"))
-}
 
 /// `ask`: INPUT_REQUIRED. `slow`: WORKING, a pause, INPUT_REQUIRED.
 /// Anything else: leaves the task as it is.
@@ -120,8 +114,9 @@ async fn hold(manager: &TaskManager, task: &Task) -> SendOutcome {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_client_write_does_not_fail_the_next_run() {
+/// A task at INPUT_REQUIRED, held in memory, whose follow-up's write the
+/// store refused (the client got UNAVAILABLE).
+async fn a_follow_up_whose_write_failed() -> (TestServer, Client, Task, Box<TaskHandle>) {
     let (server, store) = flaky_server().await;
     let mut client = server.client().await;
     let task = within(
@@ -140,6 +135,12 @@ async fn a_failed_client_write_does_not_fail_the_next_run() {
     .await
     .unwrap_err();
     assert_a2a_error(&err, Code::Unavailable, "UNAVAILABLE");
+    (server, client, task, held)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_client_write_does_not_fail_the_next_run() {
+    let (server, mut client, task, held) = a_follow_up_whose_write_failed().await;
     // The agent lost nothing: its next run is not told of a failure.
     let stream = within(
         "next run",
@@ -166,24 +167,7 @@ async fn a_failed_client_write_does_not_fail_the_next_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_follow_up_leaves_no_gap_that_strands_a_later_blocking_send() {
-    let (server, store) = flaky_server().await;
-    let mut client = server.client().await;
-    let task = within(
-        "create",
-        send_task(&mut client, request("", user_message("ask"), false)),
-    )
-    .await;
-    let SendOutcome::Task(held) = hold(&server.manager, &task).await else {
-        panic!("a task")
-    };
-    store.fail.store(true, Ordering::SeqCst);
-    let err = within(
-        "failed follow-up",
-        client.send_message(request("", on(&task, "x"), false)),
-    )
-    .await
-    .unwrap_err();
-    assert_a2a_error(&err, Code::Unavailable, "UNAVAILABLE");
+    let (server, mut client, task, held) = a_follow_up_whose_write_failed().await;
     // A run that changes nothing: the blocking send returns when it ends.
     let after = within(
         "blocking send",
@@ -311,31 +295,10 @@ async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
     assert_eq!(state_of(&stuck), TaskState::Working);
     store.down.store(false, Ordering::SeqCst);
     // The runtime fails it once the store takes writes again.
-    let failed = match within(
-        "subscribe again",
-        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
-        }),
-    )
-    .await
-    {
-        Ok(stream) => {
-            let events = within("to the end", collect(stream.into_inner()))
-                .await
-                .unwrap();
-            assert_eq!(describe(events.last().unwrap()), "status:TASK_STATE_FAILED");
-            within("get", get_task(&mut client, "", &task.id))
-                .await
-                .unwrap()
-        }
-        Err(e) => {
-            assert_a2a_error(&e, Code::FailedPrecondition, "UNSUPPORTED_OPERATION");
-            within("get", get_task(&mut client, "", &task.id))
-                .await
-                .unwrap()
-        }
-    };
+    let (events, failed) = settled(&mut client, "", &task.id).await;
+    if let Some(last) = events.last() {
+        assert_eq!(describe(last), "status:TASK_STATE_FAILED");
+    }
     assert_eq!(state_of(&failed), TaskState::Failed);
     assert!(
         status_text(&failed).contains("disk full"),

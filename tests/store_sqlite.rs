@@ -33,7 +33,7 @@ mod origin_log {
     use sqlx::Connection;
 
     /// A COMPLETED task created by `message_id`, old enough to purge.
-    fn record(id: &str, message_id: &str) -> TaskRecord {
+    pub(super) fn record(id: &str, message_id: &str) -> TaskRecord {
         let message = Message {
             message_id: message_id.into(),
             ..Default::default()
@@ -225,23 +225,10 @@ mod origin_log {
 /// acknowledging them into a file that is gone.
 mod file_identity {
     use a2a_lifecycle::lifecycle::TaskRecord;
-    use a2a_lifecycle::proto::Message;
     use a2a_lifecycle::store::{SqliteStore, StoreError, TaskStore};
-    use prost_types::Timestamp;
 
     fn record(id: &str) -> TaskRecord {
-        TaskRecord::submitted(
-            id.into(),
-            "c".into(),
-            Message {
-                message_id: format!("m-{id}"),
-                ..Default::default()
-            },
-            Timestamp {
-                seconds: 1_700_000_000,
-                nanos: 0,
-            },
-        )
+        super::origin_log::record(id, &format!("m-{id}"))
     }
 
     fn refused(result: Result<SqliteStore, StoreError>, what: &str) -> String {

@@ -14,12 +14,6 @@ use a2a_lifecycle::proto::{ListTasksRequest, TaskState};
 use a2a_lifecycle::runtime::live::MAX_TASK_BYTES;
 use support::*;
 
-async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: timed out"))
-}
-
 fn big(bytes: usize) -> String {
     "d".repeat(bytes)
 }

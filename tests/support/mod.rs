@@ -182,6 +182,39 @@ pub fn status_text(task: &Task) -> String {
         .unwrap_or_default()
 }
 
+/// Awaits `f` for at most [`WAIT`]: a regression fails instead of hanging.
+pub async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(WAIT, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: timed out"))
+}
+
+/// The task once nothing more happens to it: a SubscribeToTask followed to
+/// its end (none for a task already terminal, which is refused with
+/// UNSUPPORTED_OPERATION), then GetTask. Returns the events seen, snapshot
+/// first.
+pub async fn settled(client: &mut Client, tenant: &str, id: &str) -> (Vec<StreamResponse>, Task) {
+    let subscribed = within(
+        "subscribe",
+        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
+            tenant: tenant.into(),
+            id: id.into(),
+        }),
+    )
+    .await;
+    let events = match subscribed {
+        Ok(stream) => within("to the end", collect(stream.into_inner()))
+            .await
+            .unwrap(),
+        Err(e) => {
+            assert_a2a_error(&e, Code::FailedPrecondition, "UNSUPPORTED_OPERATION");
+            Vec::new()
+        }
+    };
+    let task = within("get", get_task(client, tenant, id)).await.unwrap();
+    (events, task)
+}
+
 /// Reads a stream to its end (with a timeout), returning every event.
 pub async fn collect(mut stream: Streaming<StreamResponse>) -> Result<Vec<StreamResponse>, Status> {
     let mut out = Vec::new();
