@@ -110,8 +110,6 @@ struct Queued {
 #[derive(Default)]
 pub(crate) struct Runs {
     active: bool,
-    /// The run executing or last executed.
-    started: u64,
     /// Runs started or queued: the number the next message's run gets,
     /// minus one.
     reserved: u64,
@@ -294,8 +292,9 @@ pub(crate) struct LiveTask {
     pub(crate) progress: watch::Sender<Progress>,
     /// Locked after `state` when both are held, never across an await.
     runs: Mutex<Runs>,
-    /// `Runs::started`, readable without the runs lock (each event is
-    /// tagged with it).
+    /// The run executing or last executed (numbered from 1; 0: none yet).
+    /// An atomic beside `runs` rather than in it: every event is tagged
+    /// with it and reads it without that lock.
     current_run: std::sync::atomic::AtomicU64,
 }
 
@@ -548,7 +547,9 @@ impl LiveTask {
                     }
                     // A follow-up became ready, or a queue waits on a state
                     // just committed (terminal: it is dropped).
-                    if follow_ups || !self.runs().queue.is_empty() {
+                    if follow_ups
+                        || (loaded.record.state().is_terminal() && !self.runs().queue.is_empty())
+                    {
                         self.dispatch_locked(&shared, loaded);
                     }
                 }
@@ -805,7 +806,6 @@ impl LiveTask {
     pub(crate) fn begin_first_run(&self, cancel: CancellationToken) {
         let mut runs = self.runs();
         runs.active = true;
-        runs.started = 1;
         self.current_run
             .store(1, std::sync::atomic::Ordering::Relaxed);
         runs.reserved = 1;
@@ -891,7 +891,7 @@ impl LiveTask {
             let mut runs = self.runs();
             runs.active = false;
             runs.cancel = None;
-            runs.started
+            self.current_run.load(std::sync::atomic::Ordering::Relaxed)
         };
         self.progress
             .send_modify(|p| p.runs_finished = p.runs_finished.max(ended));
@@ -945,7 +945,6 @@ impl LiveTask {
             let Queued { seq, request, .. } = runs.queue.pop_front().expect("front");
             let cancelled = shared.shutdown.child_token();
             runs.active = true;
-            runs.started = seq;
             self.current_run
                 .store(seq, std::sync::atomic::Ordering::Relaxed);
             runs.cancel = Some(cancelled.clone());
