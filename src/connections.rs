@@ -1,32 +1,52 @@
-//! Bounds on client connections: how many, how long a new one may take to
-//! say what it is, how many streams each may open, how dead peers are
-//! found, and how long shutdown waits for the rest.
+//! Client connections, from accept to close, and the bounds on them: how
+//! many, how long a new one may take to say what it is and each HTTP/1.1
+//! request to send its headers, how long one may stay open with nothing
+//! to do, how many streams each may open, how dead peers are found, and
+//! how long shutdown waits for the rest.
 //!
 //! An A2A server is reachable by clients it does not control; without these
 //! a few silent sockets or one connection opening thousands of streams take
 //! it down for everyone. Every bound is named here with its default, and
 //! `serve` has a flag for each (README, Limits).
+//!
+//! The accept loop and each connection's task are this module's own, on
+//! hyper's server connections (the ones tonic's server uses): tonic's
+//! server has no idle timeout, no header deadline for HTTP/1.1 and no way
+//! to close one connection gracefully, and each of those needs the
+//! connection's task. What tonic's server did per request is done here
+//! too: the connection's addresses in the request's extensions
+//! ([`tonic::Request::remote_addr`]) and the client's `grpc-timeout`.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::server::{Connected, TcpConnectInfo};
+use tower::Service;
 
 /// Connections served at once; one more is closed at accept.
 pub const MAX_CONNECTIONS: usize = 4096;
 /// Concurrent HTTP/2 streams per connection, advertised in SETTINGS
 /// (`SETTINGS_MAX_CONCURRENT_STREAMS`); h2 refuses streams past it.
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
-/// Time a new connection has to send the HTTP/2 preface, or the headers of
-/// its first HTTP/1.1 request; it is closed otherwise.
+/// Time a new connection has to send the HTTP/2 preface, and an HTTP/1.1
+/// connection the headers of each request (counted from when it is ready
+/// for the next one); it is closed otherwise.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Interval of the HTTP/2 pings that find dead peers.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -35,6 +55,16 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for open connections to finish their calls
 /// before cutting them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a connection may stay open with no request in flight (no open
+/// HTTP/2 stream) before the server closes it: gracefully, with GOAWAY
+/// over HTTP/2, so a request crossing it is retried by the client instead
+/// of failing. An HTTP/1.1 connection waiting for its next request is
+/// closed sooner, at [`HANDSHAKE_TIMEOUT`]: hyper times the wait for a
+/// request's headers from the moment it is ready for them.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The pause after a failed accept (out of descriptors, most often), so
+/// the accept loop does not spin while the condition lasts.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 /// The bounds a server applies (see the constants for what each means).
 #[derive(Debug, Clone)]
@@ -45,6 +75,7 @@ pub struct ConnectionLimits {
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
     pub shutdown_grace: Duration,
+    pub idle_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -56,6 +87,7 @@ impl Default for ConnectionLimits {
             keepalive_interval: KEEPALIVE_INTERVAL,
             keepalive_timeout: KEEPALIVE_TIMEOUT,
             shutdown_grace: SHUTDOWN_GRACE,
+            idle_timeout: IDLE_TIMEOUT,
         }
     }
 }
@@ -259,6 +291,314 @@ impl Connected for Conn {
     fn connect_info(&self) -> TcpConnectInfo {
         self.stream.connect_info()
     }
+}
+
+/// Serves the connections `incoming` yields with `service` until
+/// `shutdown` completes; then closes each gracefully (HTTP/2 GOAWAY: calls
+/// in flight finish, no new ones start), waits up to
+/// `limits.shutdown_grace` for them, and cuts whatever is left.
+pub async fn serve<S>(
+    incoming: impl Stream<Item = std::io::Result<Conn>>,
+    service: S,
+    limits: &ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) where
+    S: Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let builder = Arc::new(builder(limits));
+    let connections = TaskTracker::new();
+    // Fired at shutdown: each connection closes gracefully.
+    let draining = CancellationToken::new();
+    // Fired when the grace is over: each connection is dropped.
+    let cut = CancellationToken::new();
+    let idle_timeout = limits.idle_timeout;
+    let mut incoming = std::pin::pin!(incoming);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let conn = tokio::select! {
+            () = &mut shutdown => break,
+            next = incoming.next() => match next {
+                Some(Ok(conn)) => conn,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
+                None => break,
+            },
+        };
+        connections.spawn(serve_one(
+            conn,
+            service.clone(),
+            builder.clone(),
+            idle_timeout,
+            draining.clone(),
+            cut.clone(),
+        ));
+    }
+    draining.cancel();
+    connections.close();
+    if tokio::time::timeout(limits.shutdown_grace, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace = ?limits.shutdown_grace,
+            left = connections.len(),
+            "shutdown grace period over: cutting the connections left"
+        );
+        cut.cancel();
+        connections.wait().await;
+    }
+}
+
+/// hyper's HTTP/1.1 and HTTP/2 server connections under `limits`.
+fn builder(limits: &ConnectionLimits) -> ConnBuilder<TokioExecutor> {
+    let mut builder = ConnBuilder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.handshake_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .keep_alive_interval(limits.keepalive_interval)
+        .keep_alive_timeout(limits.keepalive_timeout);
+    builder
+}
+
+/// One connection's task: serves it until it ends, closing it gracefully
+/// when it has been idle for `idle_timeout` or the server drains, and
+/// dropping it when the grace is over.
+async fn serve_one<S>(
+    conn: Conn,
+    service: S,
+    builder: Arc<ConnBuilder<TokioExecutor>>,
+    idle_timeout: Duration,
+    draining: CancellationToken,
+    cut: CancellationToken,
+) where
+    S: Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let activity = Arc::new(Activity::new());
+    let service = Counted {
+        inner: service,
+        activity: activity.clone(),
+        connect_info: conn.connect_info(),
+    };
+    let served = builder.serve_connection(TokioIo::new(conn), TowerToHyperService::new(service));
+    let mut served = std::pin::pin!(served);
+    let mut idle = std::pin::pin!(activity.idle_for(idle_timeout));
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            done = served.as_mut() => {
+                if let Err(e) = done {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = &mut idle, if !closing => {
+                tracing::debug!(idle = ?idle_timeout, "closing an idle connection");
+                closing = true;
+                served.as_mut().graceful_shutdown();
+            }
+            () = draining.cancelled(), if !closing => {
+                closing = true;
+                served.as_mut().graceful_shutdown();
+            }
+            () = cut.cancelled() => return,
+        }
+    }
+}
+
+/// What a connection is doing: how many requests are in flight on it (an
+/// HTTP/2 stream counts from its request to the end of its response
+/// body), and since when it has had none.
+struct Activity {
+    open: AtomicUsize,
+    /// When the last request ended, in milliseconds since `since`.
+    last_end: AtomicU64,
+    since: Instant,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            open: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+            since: Instant::now(),
+        }
+    }
+
+    /// Completes once no request has been in flight for `timeout`.
+    ///
+    /// Requests touch only two atomics; this wakes at most once per
+    /// `timeout` to look, so a busy connection costs nothing per request
+    /// beyond them.
+    async fn idle_for(&self, timeout: Duration) {
+        let mut wake = self.since + timeout;
+        loop {
+            tokio::time::sleep_until(wake).await;
+            if self.open.load(Ordering::Acquire) > 0 {
+                wake = Instant::now() + timeout;
+                continue;
+            }
+            let last_end =
+                self.since + Duration::from_millis(self.last_end.load(Ordering::Acquire));
+            if last_end + timeout <= Instant::now() {
+                return;
+            }
+            wake = last_end + timeout;
+        }
+    }
+}
+
+/// A request in flight; dropped with its response body (or its handler, if
+/// the request is dropped before answering).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(activity: Arc<Activity>) -> Self {
+        activity.open.fetch_add(1, Ordering::AcqRel);
+        InFlight(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // The time first, then the count: a watcher that sees no request
+        // in flight also sees when the last one ended.
+        let elapsed = self.0.since.elapsed().as_millis() as u64;
+        self.0.last_end.fetch_max(elapsed, Ordering::AcqRel);
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The per-connection service: counts requests in flight, gives each the
+/// connection's addresses and applies the client's `grpc-timeout`.
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    activity: Arc<Activity>,
+    connect_info: TcpConnectInfo,
+}
+
+impl<S> Service<Request<Incoming>> for Counted<S>
+where
+    S: Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<CountedBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<CountedBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+        let in_flight = InFlight::new(self.activity.clone());
+        let deadline = grpc_timeout(request.headers());
+        request.extensions_mut().insert(self.connect_info.clone());
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = match deadline {
+                None => answer.await?,
+                Some(deadline) => match tokio::time::timeout(deadline, answer).await {
+                    Ok(response) => response?,
+                    Err(_) => deadline_exceeded(deadline),
+                },
+            };
+            Ok(response.map(|body| CountedBody {
+                body,
+                _in_flight: in_flight,
+            }))
+        })
+    }
+}
+
+/// A response body that keeps its request counted until it is sent or
+/// dropped.
+pub struct CountedBody {
+    body: tonic::body::Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for CountedBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The longest `grpc-timeout` value: eight digits (gRPC over HTTP/2,
+/// "Timeout").
+const GRPC_TIMEOUT_DIGITS: usize = 8;
+
+/// The client's deadline from `grpc-timeout` (gRPC over HTTP/2: up to
+/// eight digits and a unit, H M S m u n). A malformed value is ignored, as
+/// tonic's server does: the client enforces its own deadline anyway.
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    if value.len() < 2 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    if digits.len() > GRPC_TIMEOUT_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// DEADLINE_EXCEEDED for a call that did not answer within the client's
+/// `grpc-timeout`, with the ErrorInfo every error of this server carries.
+fn deadline_exceeded(deadline: Duration) -> Response<tonic::body::Body> {
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert("timeout_ms".to_owned(), deadline.as_millis().to_string());
+    let details = tonic_types::ErrorDetails::with_error_info(
+        "DEADLINE_EXCEEDED",
+        crate::error::ERROR_DOMAIN,
+        metadata,
+    );
+    use tonic_types::StatusExt;
+    tonic::Status::with_error_details(
+        tonic::Code::DeadlineExceeded,
+        format!("the call did not complete within the client's deadline ({deadline:?})"),
+        details,
+    )
+    .into_http()
 }
 
 #[cfg(test)]

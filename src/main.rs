@@ -51,8 +51,10 @@ struct ConnectionArgs {
     /// Concurrent HTTP/2 streams per connection (advertised in SETTINGS).
     #[arg(long, default_value_t = connections::MAX_CONCURRENT_STREAMS)]
     max_streams_per_connection: u32,
-    /// Time a new connection has to send the HTTP/2 preface or its first
-    /// HTTP/1.1 request's headers.
+    /// Time a new connection has to send the HTTP/2 preface, and an
+    /// HTTP/1.1 connection each request's headers (counted from when it is
+    /// ready for the next request, so it also closes idle HTTP/1.1
+    /// connections).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     handshake_timeout: Duration,
     /// Interval of HTTP/2 keepalive pings.
@@ -65,6 +67,10 @@ struct ConnectionArgs {
     /// How long shutdown waits for open connections before cutting them.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
+    /// How long a connection with no request in flight stays open (HTTP/2:
+    /// closed with GOAWAY).
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
 }
 
 impl ConnectionArgs {
@@ -76,6 +82,7 @@ impl ConnectionArgs {
             keepalive_interval: self.keepalive_interval,
             keepalive_timeout: self.keepalive_timeout,
             shutdown_grace: self.shutdown_grace,
+            idle_timeout: self.idle_timeout,
         }
     }
 }

@@ -15,7 +15,6 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::service::Routes;
-use tonic::transport::Server;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 use crate::agent::AgentRouter;
@@ -132,12 +131,10 @@ pub async fn serve_manager_limited(
 
     tokio::spawn(manager.clone().run_maintenance());
     let token = manager.shutdown_token();
-    let (fired, fired_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: ending open streams and draining calls");
         token.cancel();
-        let _ = fired.send(());
     };
     tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC and agent cards");
     // TCP_NODELAY on every accepted connection: with Nagle's algorithm a
@@ -152,33 +149,15 @@ pub async fn serve_manager_limited(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(a2a);
-    let serving = Server::builder()
-        .layer(tower::util::MapResponseLayer::new(transport_error_info))
-        .accept_http1(true)
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .http2_keepalive_interval(Some(limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, signal);
-    // A client holding a half-sent request or a silent connection must not
-    // hold shutdown forever: past the grace period the rest is cut.
-    let grace = limits.shutdown_grace;
-    let deadline = async move {
-        if fired_rx.await.is_ok() {
-            tokio::time::sleep(grace).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        served = serving => served?,
-        () = deadline => {
-            tracing::warn!(grace = ?grace, "shutdown grace period over: cutting the connections left");
-        }
-    }
+    let service = tower::ServiceBuilder::new()
+        .map_response(transport_error_info)
+        .service(routes);
+    // A client holding a half-sent request or a silent connection does not
+    // hold shutdown: past the grace period the rest is cut.
+    connections::serve(incoming, service, &limits, signal).await;
     // No task is left active in the store: runs end (failing their tasks
     // with the shutdown message), and those that do not are failed here.
-    manager.drain_runs(grace).await;
+    manager.drain_runs(limits.shutdown_grace).await;
     Ok(())
 }
 

@@ -188,9 +188,144 @@ async fn a_client_that_does_not_finish_its_handshake_is_cut() {
     assert!(closed_by_server(&mut silent).await);
     assert!(closed_by_server(&mut half).await);
     assert!(closed_by_server(&mut preface).await);
-    // Past its first request, a kept-alive connection is not timed by it.
-    assert!(card_over(&mut whole).await.contains("200"));
     drop(whole);
+    stop(server).await;
+}
+
+/// HTTP/1.1: every request on a kept-alive connection has the deadline to
+/// send its headers, not only the first; a connection waiting for its next
+/// request is closed at it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_http1_request_has_a_header_deadline() {
+    let server = start(ConnectionLimits {
+        handshake_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    // Two requests in time, then half of a third.
+    let mut slow = TcpStream::connect(server.addr).await.unwrap();
+    assert!(card_over(&mut slow).await.contains("200"));
+    assert!(card_over(&mut slow).await.contains("200"));
+    slow.write_all(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: t")
+        .await
+        .unwrap();
+    // One request, then nothing.
+    let mut quiet = TcpStream::connect(server.addr).await.unwrap();
+    assert!(card_over(&mut quiet).await.contains("200"));
+    assert!(closed_by_server(&mut slow).await);
+    assert!(closed_by_server(&mut quiet).await);
+    stop(server).await;
+}
+
+/// An HTTP/2 connection to the server, driven in the background; `closed`
+/// completes when the server ends it, with whether it sent GOAWAY first.
+struct H2Client {
+    send: h2::client::SendRequest<bytes::Bytes>,
+    closed: JoinHandle<Result<(), h2::Error>>,
+}
+
+async fn h2_connect(addr: SocketAddr) -> H2Client {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = within("h2 handshake", h2::client::handshake(tcp))
+        .await
+        .unwrap();
+    H2Client {
+        send,
+        closed: tokio::spawn(conn),
+    }
+}
+
+/// Opens a gRPC GetTask call and leaves its request body open, so the
+/// call stays in flight until the returned stream is ended.
+async fn open_call(client: &mut H2Client, addr: SocketAddr) -> h2::SendStream<bytes::Bytes> {
+    let send = within("h2 ready", client.send.clone().ready())
+        .await
+        .unwrap();
+    let mut send = send;
+    let request = http::Request::post(format!("http://{addr}/lf.a2a.v1.A2AService/GetTask"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (_response, body) = send.send_request(request, false).unwrap();
+    body
+}
+
+/// HTTP/2: a connection with no open stream is closed after the idle
+/// timeout, with GOAWAY (the h2 client sees a clean end, not a reset); a
+/// connection with a call in flight is not, whatever its age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_are_closed_and_busy_ones_are_not() {
+    let server = start(ConnectionLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    // Opened first, with a call in flight.
+    let mut busy = h2_connect(server.addr).await;
+    let mut call = open_call(&mut busy, server.addr).await;
+    // Opened after it, with nothing to do: its idle deadline comes later
+    // than the busy one's would.
+    let idle = h2_connect(server.addr).await;
+    let ended = within("idle connection closed", idle.closed).await.unwrap();
+    assert!(ended.is_ok(), "not a graceful close: {ended:?}");
+    // The busy connection is still served: its call finishes, and another
+    // one starts on it.
+    assert!(!busy.closed.is_finished(), "a busy connection was closed");
+    let mut second = open_call(&mut busy, server.addr).await;
+    // Both calls end (an empty GetTask request is answered at once).
+    call.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    second
+        .send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    // Now idle, it is closed too.
+    let ended = within("busy connection closed once idle", busy.closed)
+        .await
+        .unwrap();
+    assert!(ended.is_ok(), "not a graceful close: {ended:?}");
+    stop(server).await;
+}
+
+/// The client's `grpc-timeout` bounds a call: past it the server answers
+/// DEADLINE_EXCEEDED, with ErrorInfo. (tonic's client enforces the deadline
+/// itself, so the call goes over raw HTTP/2 to see the server's answer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_clients_deadline_is_deadline_exceeded() {
+    let server = start_with(
+        ConnectionLimits {
+            shutdown_grace: Duration::from_millis(200),
+            ..Default::default()
+        },
+        AgentRouter::new().with("", Arc::new(Stubborn)),
+        Arc::new(MemoryStore::new()),
+    )
+    .await;
+    let client = h2_connect(server.addr).await;
+    let mut send = within("h2 ready", client.send.clone().ready())
+        .await
+        .unwrap();
+    // Blocking: the agent never finishes, so only the deadline ends it.
+    let message =
+        prost::Message::encode_to_vec(&support::request("", support::user_message("deaf"), false));
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    let request = http::Request::post(format!(
+        "http://{}/lf.a2a.v1.A2AService/SendMessage",
+        server.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("grpc-timeout", "200m")
+    .body(())
+    .unwrap();
+    let (response, mut body) = send.send_request(request, false).unwrap();
+    body.send_data(bytes::Bytes::from(frame), true).unwrap();
+    let response = within("answer at the deadline", response).await.unwrap();
+    let status = tonic::Status::from_header_map(response.headers()).expect("trailers-only status");
+    support::assert_a2a_error(&status, tonic::Code::DeadlineExceeded, "DEADLINE_EXCEEDED");
+    client.closed.abort();
     stop(server).await;
 }
 
