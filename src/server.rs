@@ -5,7 +5,8 @@
 //!
 //! Shutdown is designed in: the signal first fires the runtime's shutdown
 //! token, which ends every open stream with UNAVAILABLE and cancels running
-//! executors, then tonic stops accepting and drains in-flight calls.
+//! executors, then the server stops accepting and drains in-flight calls
+//! ([`crate::connections::serve`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -74,9 +75,9 @@ pub async fn serve_manager(
 }
 
 /// Serves an existing [`TaskManager`]: gRPC and, on the same port, the
-/// agent cards over HTTP/1.1 (tonic accepts HTTP/1.1 beside HTTP/2 and
-/// routes by path, so the axum routes and the gRPC services share one
-/// router).
+/// agent cards over HTTP/1.1 (connections speak HTTP/1.1 or HTTP/2, and
+/// tonic's router routes by path, so the axum routes and the gRPC services
+/// share one router).
 pub async fn serve_manager_with(
     listener: TcpListener,
     manager: TaskManager,
