@@ -7,7 +7,6 @@ mod support;
 
 use std::sync::Arc;
 
-use sqlx::Connection;
 use tonic::Code;
 
 use a2a_lifecycle::agent::demo::demo_router;
@@ -50,15 +49,10 @@ async fn an_undecodable_active_record_is_set_aside_and_the_server_starts() {
     tokio::time::timeout(support::WAIT, stopped)
         .await
         .expect("store stopped");
-    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
-    let mut side = sqlx::SqliteConnection::connect_with(&options)
-        .await
+    let side = rusqlite::Connection::open(&path).unwrap();
+    side.execute_batch("UPDATE tasks SET record = x'ffffffff' WHERE id = x'626164'")
         .unwrap();
-    sqlx::query("UPDATE tasks SET record = x'ffffffff' WHERE id = x'626164'")
-        .execute(&mut side)
-        .await
-        .unwrap();
-    side.close().await.unwrap();
+    side.close().unwrap();
 
     let store: Arc<dyn TaskStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
     let manager = TaskManager::new(store.clone(), demo_router(), RuntimeConfig::default());

@@ -30,7 +30,6 @@ mod origin_log {
     use a2a_lifecycle::store::sqlite::writer::ORIGIN_LOG_MIN;
     use a2a_lifecycle::store::{SqliteStore, StoreError, TaskStore};
     use prost_types::Timestamp;
-    use sqlx::Connection;
 
     /// A COMPLETED task created by `message_id`, old enough to purge.
     pub(super) fn record(id: &str, message_id: &str) -> TaskRecord {
@@ -52,21 +51,14 @@ mod origin_log {
     }
 
     async fn counts(path: &std::path::Path) -> (i64, i64) {
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(path)
-            .read_only(true);
-        let mut conn = sqlx::SqliteConnection::connect_with(&options)
-            .await
-            .unwrap();
-        let merged: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM origins")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-        let log: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM origin_log")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-        (merged.0, log.0)
+        let conn =
+            rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        let count = |table: &str| -> i64 {
+            conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+                .unwrap()
+        };
+        (count("origins"), count("origin_log"))
     }
 
     async fn assert_duplicate(store: &SqliteStore, i: usize) {
@@ -166,17 +158,12 @@ mod origin_log {
     async fn a_rolled_back_batch_frees_its_messages() {
         let path = super::scratch_db();
         let store = SqliteStore::open(&path).await.unwrap();
-        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
-        let mut side = sqlx::SqliteConnection::connect_with(&options)
-            .await
-            .unwrap();
+        let side = rusqlite::Connection::open(&path).unwrap();
         // Logging this message fails, which aborts its whole batch.
-        sqlx::query(
+        side.execute_batch(
             "CREATE TRIGGER boom BEFORE INSERT ON origin_log WHEN NEW.message_id = x'626f6f6d' \
              BEGIN SELECT RAISE(ABORT, 'boom'); END",
         )
-        .execute(&mut side)
-        .await
         .unwrap();
         let creates = (0..64).map(|i| {
             let store = store.clone();
@@ -198,10 +185,7 @@ mod origin_log {
             failed.iter().any(|r| r.1 == "boom"),
             "the refused message failed"
         );
-        sqlx::query("DROP TRIGGER boom")
-            .execute(&mut side)
-            .await
-            .unwrap();
+        side.execute_batch("DROP TRIGGER boom").unwrap();
         for (i, message_id, result) in &results {
             let again = store
                 .create("", &record(&format!("again-{i}"), message_id))
@@ -282,5 +266,69 @@ mod file_identity {
             Err(StoreError::Unavailable(m)) => assert!(m.contains("replaced"), "{m}"),
             other => panic!("a write after the file was replaced: {other:?}"),
         }
+    }
+}
+
+mod migrations {
+    //! Databases migrated by earlier versions of the server recorded their
+    //! migrations in sqlx's `_sqlx_migrations` table; they open at the
+    //! version recorded there and take the migrations they lack.
+
+    use a2a_lifecycle::store::{SqliteStore, TaskStore};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_migrated_by_sqlx_opens_and_takes_the_rest() {
+        let path = super::scratch_db();
+        let store = SqliteStore::open(&path).await.unwrap();
+        let record = super::origin_log::record("kept", "m-kept");
+        store.create("", &record).await.unwrap();
+        let stopped = store.stopped();
+        drop(store);
+        tokio::time::timeout(std::time::Duration::from_secs(10), stopped)
+            .await
+            .expect("store stopped");
+
+        // What an sqlx-era server left at migration 3: no quarantine
+        // table, no user_version, sqlx's own record of 1 to 3.
+        let side = rusqlite::Connection::open(&path).unwrap();
+        side.execute_batch(
+            "DROP TABLE quarantine;
+             PRAGMA user_version = 0;
+             CREATE TABLE _sqlx_migrations (
+                 version BIGINT PRIMARY KEY, description TEXT NOT NULL,
+                 installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                 success BOOLEAN NOT NULL, checksum BLOB NOT NULL,
+                 execution_time BIGINT NOT NULL);
+             INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+                 VALUES (1, 'tasks', TRUE, x'00', 0),
+                        (2, 'ascending time indexes', TRUE, x'00', 0),
+                        (3, 'origin log', TRUE, x'00', 0);",
+        )
+        .unwrap();
+        side.close().unwrap();
+
+        // Re-running migration 1 would fail on the existing table: the
+        // database must open at version 3 and take 4.
+        let store = SqliteStore::open(&path).await.expect("opens");
+        let kept = store.get("", "kept").await.unwrap().expect("task kept");
+        assert_eq!(kept.record.task.id, "kept");
+        let stopped = store.stopped();
+        drop(store);
+        tokio::time::timeout(std::time::Duration::from_secs(10), stopped)
+            .await
+            .expect("store stopped");
+        let side = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = side
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 4);
+        let quarantine: i64 = side
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(quarantine, 1, "migration 4 applied");
     }
 }

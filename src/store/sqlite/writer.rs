@@ -8,14 +8,10 @@
 //! then answers each caller. One commit then covers many writes, and a
 //! caller is never told of a write before it is committed.
 //!
-//! The connection is opened, configured and migrated by sqlx like the
-//! readers, but the writer then takes its raw handle for good
-//! (`lock_handle`) and drives it synchronously through rusqlite, on the
-//! same bundled SQLite. Through sqlx every call is a hand-off to the
-//! connection's worker thread, and on a loaded machine each hand-off waits
-//! for a CPU; a batch then paid for several thread switches plus parsing
-//! one large generated statement. Here each write is a cached prepared
-//! statement run on the writer's own thread.
+//! The writer drives its connection synchronously, on its own thread:
+//! each write is a cached prepared statement, with no hand-off to another
+//! thread per statement (an async driver's worker thread would add one per
+//! call, and on a loaded machine each hand-off waits for a CPU).
 //!
 //! Inside the transaction each write is one statement, in arrival order. A
 //! write refused by a constraint (id or creating message taken, or any
@@ -36,11 +32,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use rusqlite::{ErrorCode, OptionalExtension, params};
-use sqlx::sqlite::SqliteConnection;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{TERMINAL, state_list};
+use super::{map_err, state_list};
+use crate::lifecycle::StateClass;
 use crate::store::StoreError;
 
 /// Writes taken into one transaction at most.
@@ -125,16 +121,13 @@ impl WriterHandle {
     /// busy, and every write waits on it.
     /// `lock` (the database's lock file) is held until the writer stops.
     pub async fn spawn(
-        conn: SqliteConnection,
-        checkpoint_conn: SqliteConnection,
+        conn: Connection,
+        checkpoint_conn: Connection,
         lock: std::fs::File,
         identity: FileIdentity,
     ) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-        let checkpoint = spawn_checkpointer(checkpoint_conn);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("sqlite writer runtime: {e}")))?;
+        let checkpoint = spawn_checkpointer(checkpoint_conn)?;
         let (ready_tx, ready_rx) = oneshot::channel();
         let (stopped_tx, stopped) = tokio::sync::watch::channel(false);
         let recent = SharedRecent::default();
@@ -142,15 +135,7 @@ impl WriterHandle {
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
-                run(
-                    runtime,
-                    conn,
-                    rx,
-                    checkpoint,
-                    ready_tx,
-                    shared_recent,
-                    identity,
-                );
+                run(conn, rx, checkpoint, ready_tx, shared_recent, identity);
                 drop(lock);
                 stopped_tx.send_replace(true);
             })
@@ -201,86 +186,68 @@ impl WriterHandle {
 }
 
 fn run(
-    runtime: tokio::runtime::Runtime,
-    mut conn: SqliteConnection,
+    db: Connection,
     mut rx: mpsc::Receiver<(Write, Reply)>,
-    checkpoint: mpsc::Sender<()>,
+    checkpoint: std::sync::mpsc::SyncSender<()>,
     ready: oneshot::Sender<Result<(), StoreError>>,
     recent: SharedRecent,
     identity: FileIdentity,
 ) {
-    {
-        let mut locked = match runtime.block_on(conn.lock_handle()) {
-            Ok(locked) => locked,
-            Err(e) => {
-                let _ = ready.send(Err(StoreError::Unavailable(format!("sqlite writer: {e}"))));
-                return;
-            }
-        };
-        // SAFETY: `locked` keeps sqlx's worker thread off this handle until
-        // it is dropped, after `db`; `from_handle` never closes the handle,
-        // and dropping `db` finalizes the statements it prepared.
-        let db = match unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) }
-        {
-            Ok(db) => db,
-            Err(e) => {
-                let _ = ready.send(Err(map_err(e)));
-                return;
-            }
-        };
-        db.set_prepared_statement_cache_capacity(16);
-        // Every COMMIT walks the page cache's whole hash table
-        // (pcache1Truncate, from pager_end_transaction); with the readers'
-        // large cache that walk cost the writer a fifth of its time
-        // (measured with perf). The writer touches few pages per batch.
-        if let Err(e) = db.pragma_update(None, "cache_size", -WRITER_CACHE_KIB) {
+    db.set_prepared_statement_cache_capacity(16);
+    // Every COMMIT walks the page cache's whole hash table
+    // (pcache1Truncate, from pager_end_transaction); with the readers'
+    // large cache that walk cost the writer a fifth of its time
+    // (measured with perf). The writer touches few pages per batch.
+    if let Err(e) = db.pragma_update(None, "cache_size", -WRITER_CACHE_KIB) {
+        let _ = ready.send(Err(map_err(e)));
+        return;
+    }
+    let mut origins = match Origins::load(&db, recent) {
+        Ok(origins) => origins,
+        Err(e) => {
             let _ = ready.send(Err(map_err(e)));
             return;
         }
-        let mut origins = match Origins::load(&db, recent) {
-            Ok(origins) => origins,
-            Err(e) => {
-                let _ = ready.send(Err(map_err(e)));
-                return;
-            }
-        };
-        let _ = ready.send(Ok(()));
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        let mut since_checkpoint = 0;
-        while let Some(first) = rx.blocking_recv() {
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
-            // A database file removed or replaced under the server would
-            // take every write acknowledged from now on with it at the
-            // next start: refuse them instead (one stat per batch).
-            let results = match identity.check() {
-                Ok(()) => commit_batch(&db, &batch, &mut origins),
-                Err(e) => {
-                    tracing::error!(error = %e, "sqlite writes refused");
-                    batch.iter().map(|_| Err(e.clone())).collect()
-                }
-            };
-            since_checkpoint += batch.len();
-            // A full channel means a checkpoint is already due.
-            if since_checkpoint >= CHECKPOINT_EVERY_WRITES && checkpoint.try_send(()).is_ok() {
-                since_checkpoint = 0;
-            }
-            for ((_, reply), result) in batch.drain(..).zip(results) {
-                let _ = reply.send(result);
-            }
-            // After the answers: the merge delays only the writes behind it.
-            if let Err(e) = origins.settle(&db) {
-                tracing::warn!(error = %e, "sqlite origin log maintenance failed");
+    };
+    let _ = ready.send(Ok(()));
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut since_checkpoint = 0;
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
             }
         }
-        drop(db);
+        // A database file removed or replaced under the server would
+        // take every write acknowledged from now on with it at the
+        // next start: refuse them instead (one stat per batch).
+        let results = match identity.check() {
+            Ok(()) => commit_batch(&db, &batch, &mut origins),
+            Err(e) => {
+                tracing::error!(error = %e, "sqlite writes refused");
+                batch.iter().map(|_| Err(e.clone())).collect()
+            }
+        };
+        since_checkpoint += batch.len();
+        // A full channel means a checkpoint is already due.
+        if since_checkpoint >= CHECKPOINT_EVERY_WRITES && checkpoint.try_send(()).is_ok() {
+            since_checkpoint = 0;
+        }
+        for ((_, reply), result) in batch.drain(..).zip(results) {
+            let _ = reply.send(result);
+        }
+        // After the answers: the merge delays only the writes behind it.
+        if let Err(e) = origins.settle(&db) {
+            tracing::warn!(error = %e, "sqlite origin log maintenance failed");
+        }
     }
-    let _ = runtime.block_on(sqlx::Connection::close(conn));
+    // Closing the connection finalizes its statements; the checkpointer
+    // stops when `checkpoint` is dropped with this frame.
+    if let Err((_, e)) = db.close() {
+        tracing::warn!(error = %e, "sqlite writer connection did not close cleanly");
+    }
 }
 
 /// The database file as it was opened: its path and what it is (device and
@@ -334,33 +301,19 @@ impl FileIdentity {
 /// runs beside the writer, and once it has caught up SQLite restarts the
 /// WAL from its start at the next write, so the automatic checkpoint
 /// stays a backstop that rarely fires.
-fn spawn_checkpointer(mut conn: SqliteConnection) -> mpsc::Sender<()> {
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    tokio::spawn(async move {
-        while rx.recv().await.is_some() {
-            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(&mut conn)
-                .await
-            {
-                tracing::warn!(error = %e, "sqlite checkpoint failed");
+fn spawn_checkpointer(conn: Connection) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+    std::thread::Builder::new()
+        .name("sqlite-checkpoint".into())
+        .spawn(move || {
+            while rx.recv().is_ok() {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %e, "sqlite checkpoint failed");
+                }
             }
-        }
-        let _ = sqlx::Connection::close(conn).await;
-    });
-    tx
-}
-
-fn map_err(e: rusqlite::Error) -> StoreError {
-    match e.sqlite_error_code() {
-        // After BUSY_TIMEOUT: another process holds the write lock.
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            StoreError::Unavailable(format!("sqlite busy: {e}"))
-        }
-        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
-            StoreError::Unavailable(format!("sqlite: {e}"))
-        }
-        _ => StoreError::Internal(format!("sqlite: {e}")),
-    }
+        })
+        .map_err(|e| StoreError::Unavailable(format!("sqlite checkpoint thread: {e}")))?;
+    Ok(tx)
 }
 
 /// Runs the batch in one transaction; one result per write, in order.
@@ -748,7 +701,7 @@ fn apply(
             let purged = format!(
                 "state IN ({}) AND (status_seconds < ?1 \
                  OR (status_seconds = ?1 AND status_nanos < ?2))",
-                state_list(&TERMINAL)
+                state_list(StateClass::Terminal)
             );
             // A purged task's creating message may create a task again.
             let mut deleted = [0; 2];
