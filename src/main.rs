@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
@@ -120,7 +121,12 @@ enum Command {
         #[arg(long)]
         extended_card: Option<std::path::PathBuf>,
         /// The agent serving requests without a tenant.
-        #[arg(long, value_enum, default_value = "test-runner")]
+        #[arg(
+            long,
+            default_value = "test-runner",
+            value_parser = clap::builder::PossibleValuesParser::new(DefaultAgent::NAMES)
+                .try_map(|name| name.parse::<DefaultAgent>()),
+        )]
         default_agent: DefaultAgent,
         #[command(flatten)]
         connections: ConnectionArgs,

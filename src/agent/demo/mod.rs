@@ -31,7 +31,7 @@ pub use test_runner::TestRunner;
 use super::{AgentExecutor, AgentRouter};
 
 /// Which demo agent serves requests without a tenant.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DefaultAgent {
     #[default]
     TestRunner,
@@ -39,6 +39,34 @@ pub enum DefaultAgent {
     Conformance,
     /// For the load generator `a2a-bench`.
     Bench,
+}
+
+impl DefaultAgent {
+    /// Every choice, by the name `serve --default-agent` takes.
+    pub const NAMES: [&'static str; 3] = ["test-runner", "conformance", "bench"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DefaultAgent::TestRunner => "test-runner",
+            DefaultAgent::Conformance => "conformance",
+            DefaultAgent::Bench => "bench",
+        }
+    }
+}
+
+impl std::str::FromStr for DefaultAgent {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        [
+            DefaultAgent::TestRunner,
+            DefaultAgent::Conformance,
+            DefaultAgent::Bench,
+        ]
+        .into_iter()
+        .find(|agent| agent.name() == name)
+        .ok_or_else(|| format!("{name:?} is none of {:?}", DefaultAgent::NAMES))
+    }
 }
 
 /// The router `serve` uses by default: every demo agent, test-runner as
