@@ -876,11 +876,7 @@ impl LiveTask {
         if !state.as_ref().expect("loaded").record.state().is_active() {
             return Ok(false);
         }
-        let event = TaskEvent::Status(crate::lifecycle::StatusUpdate {
-            state: TaskState::Failed,
-            message: Some(super::agent_text(message)),
-            metadata: None,
-        });
+        let event = super::server_status(TaskState::Failed, message);
         self.apply(shared, state, event, Origin::Server).await?;
         Ok(true)
     }

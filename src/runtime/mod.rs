@@ -38,7 +38,7 @@ use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Part, Role, Task, TaskState, part::Content};
-use crate::store::{StoreError, TaskStore};
+use crate::store::{ListQuery, StoreError, TaskPage, TaskStore};
 use live::{LiveTask, MAX_QUEUED_MESSAGES, Origin, Progress, RunRequest};
 
 /// How many events a subscriber may fall behind before it is resynchronised
@@ -248,6 +248,17 @@ pub fn agent_text(text: impl Into<String>) -> Message {
         }],
         ..Default::default()
     }
+}
+
+/// A status change the server makes itself (a cancel, a failure), with
+/// `text` as the agent's status message. One builder, so every such event
+/// has the same shape.
+pub(crate) fn server_status(state: TaskState, text: impl Into<String>) -> TaskEvent {
+    TaskEvent::Status(StatusUpdate {
+        state,
+        message: Some(agent_text(text)),
+        metadata: None,
+    })
 }
 
 pub(crate) fn store_error(err: StoreError) -> A2aError {
@@ -537,6 +548,15 @@ impl TaskManager {
         Ok(task_view(&stored.record.task, history, true))
     }
 
+    /// ListTasks (spec §3.1.4): one page of the tenant's committed tasks.
+    pub async fn list_tasks(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, A2aError> {
+        self.shared
+            .store
+            .list(tenant, query)
+            .await
+            .map_err(store_error)
+    }
+
     /// CancelTask (spec §3.1.5): a terminal task is TASK_NOT_CANCELABLE;
     /// otherwise the running executor is cancelled and the task moves to
     /// CANCELED, committed before this returns.
@@ -559,11 +579,10 @@ impl TaskManager {
         if let Some(token) = &token {
             token.cancel();
         }
-        let event = TaskEvent::Status(StatusUpdate {
-            state: TaskState::Canceled,
-            message: Some(agent_text("Task canceled at the client's request.")),
-            metadata: None,
-        });
+        let event = server_status(
+            TaskState::Canceled,
+            "Task canceled at the client's request.",
+        );
         live.apply(&self.shared, state, event, Origin::Server)
             .await?;
         let task = live.view(&self.shared, HistoryLength::All, true).await?;

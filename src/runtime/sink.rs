@@ -11,7 +11,10 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, oneshot};
 
 use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
-use super::{OriginClaim, OriginOutcome, SendOutcome, Shared, TaskKey, agent_text, store_error};
+use super::{
+    OriginClaim, OriginOutcome, SendOutcome, Shared, TaskKey, agent_text, server_status,
+    store_error,
+};
 use crate::error::A2aError;
 use crate::lifecycle::{
     ApplyError, ArtifactUpdate, HistoryLength, StatusUpdate, TaskEvent, TaskRecord,
@@ -375,11 +378,7 @@ impl EventSink {
     /// cancelled. An interrupted task is left alone: it waits on the client,
     /// not on the agent.
     pub(crate) async fn time_out(&self, reason: String) {
-        let event = TaskEvent::Status(StatusUpdate {
-            state: TaskState::Failed,
-            message: Some(agent_text(reason.clone())),
-            metadata: None,
-        });
+        let event = server_status(TaskState::Failed, reason.clone());
         let mode = self.inner.mode.lock().await;
         let failed = match &*mode {
             SinkMode::Pending { .. } => {
@@ -467,11 +466,7 @@ impl EventSink {
                 // The agent never answered, failed, or left its task active:
                 // FAILED, so no task is left stuck (and a creating request
                 // still gets its task).
-                let event = TaskEvent::Status(StatusUpdate {
-                    state: TaskState::Failed,
-                    message: Some(agent_text(reason.clone())),
-                    metadata: None,
-                });
+                let event = server_status(TaskState::Failed, reason.clone());
                 if let Err(e) = self.emit_as(event, Origin::Server).await {
                     tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task; retrying until the store takes it");
                     if let Some(live) = &live {

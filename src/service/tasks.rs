@@ -9,8 +9,8 @@ use crate::proto::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SubscribeToTaskRequest,
     Task,
 };
+use crate::runtime::TaskManager;
 use crate::runtime::stream::CloseAt;
-use crate::runtime::{TaskManager, store_error};
 use crate::store::{Cursor, status_key};
 
 /// Encoded tasks one ListTasks response may carry: the message limit, less
@@ -33,12 +33,7 @@ pub async fn list_tasks(
     req: ListTasksRequest,
 ) -> Result<Response<ListTasksResponse>, Status> {
     let query = validate::list_request(&req)?;
-    let page = manager
-        .store()
-        .list(&req.tenant, &query)
-        .await
-        .map_err(store_error)?;
-    let mut page = page;
+    let mut page = manager.list_tasks(&req.tenant, &query).await?;
     // A page must fit in one response: tasks are bounded (MAX_TASK_BYTES)
     // but a page of them is not, so a page ends early, with a token for the
     // rest, once it would pass the response limit.
