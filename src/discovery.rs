@@ -36,7 +36,7 @@ use crate::agent::AgentRouter;
 use crate::error::A2aError;
 use crate::json::{self, JsonError};
 use crate::proto::{AgentCapabilities, AgentCard, AgentInterface, AgentProvider, Message};
-use crate::service::content::InputModes;
+use crate::content::InputModes;
 
 /// The protocol version this interface serves (spec §3.6).
 pub const PROTOCOL_VERSION: &str = "1.0";

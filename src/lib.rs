@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod connections;
+pub mod content;
 pub mod discovery;
 pub mod error;
 pub mod json;

@@ -9,3 +9,8 @@ tonic::include_proto!("lf.a2a.v1");
 /// served by gRPC reflection (v1 and v1alpha).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/a2a_descriptor.bin"));
+
+/// Largest encoded gRPC message accepted or sent (tonic's default, named):
+/// a property of the wire, which the service, the runtime (the largest
+/// task) and the server all size themselves by.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;

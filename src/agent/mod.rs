@@ -9,11 +9,12 @@
 
 pub mod demo;
 pub mod router;
+pub mod sink;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::runtime::sink::{EventSink, SinkError};
+pub use sink::{EventSink, SinkError, agent_text};
 pub use router::AgentRouter;
 
 use crate::proto::{AgentCapabilities, AgentCard, AgentSkill, Message, Task};

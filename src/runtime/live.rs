@@ -154,7 +154,7 @@ pub(crate) struct Loaded {
 }
 
 /// Largest encoded task a client message or an agent event may produce:
-/// below [`crate::server::MAX_MESSAGE_BYTES`], with room for the response
+/// below [`crate::proto::MAX_MESSAGE_BYTES`], with room for the response
 /// around it, so GetTask of any stored task can always be answered. The
 /// server's own events (cancel, failure: a short status message) are never
 /// refused, so a task at the limit can still end.

@@ -37,7 +37,7 @@ use crate::agent::{AgentRouter, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
-use crate::proto::{Message, Part, Role, Task, TaskState, part::Content};
+use crate::proto::{Message, Task, TaskState};
 use crate::store::{ListQuery, StoreError, TaskPage, TaskStore};
 use live::{LiveTask, MAX_QUEUED_MESSAGES, Origin, Progress, RunRequest};
 
@@ -237,18 +237,7 @@ pub fn now() -> Timestamp {
     ts
 }
 
-/// An agent text message, with a fresh id.
-pub fn agent_text(text: impl Into<String>) -> Message {
-    Message {
-        message_id: uuid::Uuid::new_v4().to_string(),
-        role: Role::Agent as i32,
-        parts: vec![Part {
-            content: Some(Content::Text(text.into())),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
+pub use crate::agent::agent_text;
 
 /// A status change the server makes itself (a cancel, a failure), with
 /// `text` as the agent's status message. One builder, so every such event
@@ -351,7 +340,7 @@ impl TaskManager {
     /// task (same tenant and message_id, spec §3.3.1) is answered with that
     /// task before any run starts; concurrent repeats wait for the first
     /// one's answer. The store refusing a second task for the same message
-    /// stays the last word (see `EventSink::create_task`).
+    /// stays the last word (see `RunSink::create_task`).
     async fn send_new(
         &self,
         tenant: &str,

@@ -2,7 +2,7 @@
 //!
 //! Each run is one tokio task that polls the executor under
 //! `catch_unwind`, so an executor that panics never unwinds into the server
-//! and its task is FAILED by [`EventSink::finish`]. (A supervisor task
+//! and its task is FAILED by [`RunSink::finish`]. (A supervisor task
 //! awaiting a second task's `JoinHandle` would do the same at the cost of
 //! another spawn and wake-up per run.)
 
@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};
 
 use super::live::RunRequest;
-use super::sink::{EventSink, Reply, SinkInner, SinkMode};
+use super::sink::{Reply, RunSink, SinkInner, SinkMode};
 use super::{OriginClaim, SendOutcome, Shared, TaskKey};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
@@ -76,7 +76,7 @@ pub(super) fn spawn(
     ctx: RequestContext,
     mode: SinkMode,
 ) {
-    let sink = EventSink {
+    let sink = RunSink {
         inner: Arc::new(SinkInner {
             shared: shared.clone(),
             key: TaskKey {
@@ -96,7 +96,7 @@ pub(super) fn spawn(
         // nothing half-updated that this task reads afterwards (the sink's
         // state is behind its own locks).
         let mut execution =
-            std::panic::AssertUnwindSafe(agent.execute(ctx, sink.clone())).catch_unwind();
+            std::panic::AssertUnwindSafe(agent.execute(ctx, sink.handle())).catch_unwind();
         let result = match timeout {
             None => execution.await,
             Some(limit) => tokio::select! {
@@ -120,7 +120,7 @@ pub(super) fn spawn(
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                tracing::error!(task_id = %sink.task_id(), panic = %text, "agent panicked");
+                tracing::error!(task_id = %sink.inner.key.id, panic = %text, "agent panicked");
                 Some(format!("agent panicked: {text}"))
             }
         };

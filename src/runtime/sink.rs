@@ -1,4 +1,5 @@
-//! The [`EventSink`]: how an executor's events reach the task.
+//! The run's side of the [`EventSink`] ([`RunSink`]): how an executor's
+//! events reach the task.
 //!
 //! For a new message the sink starts `Pending`: the first event decides
 //! between a direct reply (no task) and a task, which is then created in
@@ -11,15 +12,12 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, oneshot};
 
 use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
-use super::{
-    OriginClaim, OriginOutcome, SendOutcome, Shared, TaskKey, agent_text, server_status,
-    store_error,
-};
+use super::{OriginClaim, OriginOutcome, SendOutcome, Shared, TaskKey, server_status, store_error};
+use crate::agent::sink::SinkTarget;
+use crate::agent::{EventSink, SinkError};
 use crate::error::A2aError;
-use crate::lifecycle::{
-    ApplyError, ArtifactUpdate, HistoryLength, StatusUpdate, TaskEvent, TaskRecord,
-};
-use crate::proto::{Artifact, Message, Part, Role, TaskState, part::Content};
+use crate::lifecycle::{HistoryLength, TaskEvent, TaskRecord};
+use crate::proto::{Message, Role, TaskState};
 use crate::store::StoreError;
 
 /// Where the answer to a new message goes: the request that sent it, and
@@ -92,41 +90,16 @@ impl NewTaskAnswer {
     }
 }
 
-/// Why the sink refused an event. An executor should stop on any of them.
-#[derive(Debug, thiserror::Error)]
-pub enum SinkError {
-    /// The lifecycle core refused the event (terminal task, sealed
-    /// artifact, ...): the task is unchanged.
-    #[error("event refused: {0}")]
-    Rejected(#[from] ApplyError),
-    #[error("task store failed: {0}")]
-    Store(#[from] StoreError),
-    /// The event would make the task larger than
-    /// [`super::live::MAX_TASK_BYTES`]: the task is unchanged.
-    #[error(
-        "task {task_id:?} would grow to {size} bytes encoded, over the {}-byte limit",
-        super::live::MAX_TASK_BYTES
-    )]
-    TooLarge { task_id: String, size: usize },
-    #[error("the agent already replied with a message; this request has no task")]
-    AlreadyReplied,
-    #[error("a direct reply is only possible before a task exists")]
-    ReplyOnTask,
-    #[error("the run has ended")]
-    RunEnded,
-    /// The same message already created task `task_id`; this run's task was
-    /// not created and the run should stop.
-    #[error("the message already created task {task_id:?}")]
-    Duplicate { task_id: String },
-}
-
-impl From<ApplyFailure> for SinkError {
-    fn from(f: ApplyFailure) -> Self {
-        match f {
-            ApplyFailure::Rejected(e) => SinkError::Rejected(e),
-            ApplyFailure::Store(e) => SinkError::Store(e),
-            ApplyFailure::TooLarge { task_id, size } => SinkError::TooLarge { task_id, size },
-        }
+/// The agent-facing error for a refused event of the task `task_id`.
+fn sink_error(task_id: &str, failure: ApplyFailure) -> SinkError {
+    match failure {
+        ApplyFailure::Rejected(e) => SinkError::refused(task_id, e),
+        ApplyFailure::Store(e) => SinkError::Store(e),
+        ApplyFailure::TooLarge { task_id, size } => SinkError::TooLarge {
+            task_id,
+            size,
+            limit: super::live::MAX_TASK_BYTES,
+        },
     }
 }
 
@@ -161,78 +134,46 @@ pub(crate) struct SinkInner {
     pub(crate) mode: Mutex<SinkMode>,
 }
 
-/// Where an executor sends its events. Cheap to clone.
+/// A run's sink: the [`SinkTarget`] behind the executor's [`EventSink`],
+/// and what the runtime itself does to the run's task (time it out, finish
+/// it). Cheap to clone.
 #[derive(Clone)]
-pub struct EventSink {
+pub(crate) struct RunSink {
     pub(crate) inner: Arc<SinkInner>,
 }
 
-impl EventSink {
-    pub fn task_id(&self) -> &str {
+#[async_trait::async_trait]
+impl SinkTarget for RunSink {
+    fn task_id(&self) -> &str {
         &self.inner.key.id
     }
 
-    pub fn context_id(&self) -> &str {
+    fn context_id(&self) -> &str {
         &self.inner.context_id
     }
 
-    /// Moves the task to `state`, with an optional agent text message.
-    pub async fn status(&self, state: TaskState, text: Option<&str>) -> Result<(), SinkError> {
-        self.status_update(StatusUpdate {
-            state,
-            message: text.map(agent_text),
-            metadata: None,
-        })
-        .await
+    async fn emit(&self, event: TaskEvent) -> Result<(), SinkError> {
+        self.emit_as(event, Origin::Agent).await
     }
 
-    pub async fn status_update(&self, update: StatusUpdate) -> Result<(), SinkError> {
-        self.emit(TaskEvent::Status(update)).await
+    async fn reply(&self, message: Message) -> Result<(), SinkError> {
+        self.reply_directly(message).await
+    }
+}
+
+impl RunSink {
+    /// The handle the executor gets.
+    pub(crate) fn handle(&self) -> EventSink {
+        EventSink::new(Arc::new(self.clone()))
     }
 
-    /// Sets keys of `Task.metadata` (spec §4.1.1): each key of `metadata`
-    /// replaces the task's value for it; a null value removes the key. It is
-    /// stored with the task and shown by every later read or snapshot; it
-    /// is not a stream event.
-    pub async fn task_metadata(&self, metadata: prost_types::Struct) -> Result<(), SinkError> {
-        self.emit(TaskEvent::Metadata(metadata)).await
-    }
-
-    /// Emits an artifact chunk (spec §4.2.2).
-    pub async fn artifact(&self, update: ArtifactUpdate) -> Result<(), SinkError> {
-        self.emit(TaskEvent::Artifact(update)).await
-    }
-
-    /// Emits a one-part text artifact chunk.
-    pub async fn artifact_text(
-        &self,
-        artifact_id: &str,
-        name: &str,
-        text: &str,
-        append: bool,
-        last_chunk: bool,
-    ) -> Result<(), SinkError> {
-        self.artifact(ArtifactUpdate {
-            artifact: Artifact {
-                artifact_id: artifact_id.to_owned(),
-                name: name.to_owned(),
-                parts: vec![Part {
-                    content: Some(Content::Text(text.to_owned())),
-                    media_type: "text/plain".into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
-            append,
-            last_chunk,
-            metadata: None,
-        })
-        .await
+    fn task_id(&self) -> &str {
+        &self.inner.key.id
     }
 
     /// Answers a new message with a direct agent message and no task
     /// (spec §3.1.1). Only possible as the first event of a new message.
-    pub async fn reply(&self, mut message: Message) -> Result<(), SinkError> {
+    async fn reply_directly(&self, mut message: Message) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
         match &mut *mode {
             SinkMode::Pending { reply, .. } => {
@@ -252,15 +193,6 @@ impl EventSink {
             SinkMode::Replied => Err(SinkError::AlreadyReplied),
             SinkMode::Done => Err(SinkError::RunEnded),
         }
-    }
-
-    /// Convenience: a text reply.
-    pub async fn reply_text(&self, text: &str) -> Result<(), SinkError> {
-        self.reply(agent_text(text)).await
-    }
-
-    async fn emit(&self, event: TaskEvent) -> Result<(), SinkError> {
-        self.emit_as(event, Origin::Agent).await
     }
 
     async fn emit_as(&self, event: TaskEvent, origin: Origin) -> Result<(), SinkError> {
@@ -297,7 +229,7 @@ impl EventSink {
                         }
                         (commit, backlogged, creates)
                     })
-                    .map_err(SinkError::from)
+                    .map_err(|f| sink_error(&self.inner.key.id, f))
             }
             Err(A2aError::TaskNotFound { task_id }) => {
                 Err(SinkError::Store(StoreError::NotFound(task_id)))

@@ -3,15 +3,14 @@
 //! request, hand it to the [`TaskManager`], map the result and errors to
 //! gRPC.
 //!
-//! One file per concern: [`content`] (the media types a card accepts,
-//! checked on SendMessage and SendStreamingMessage before anything else is
-//! done with the message), [`validate`] (input rules and limits),
+//! One file per concern: [`validate`] (input rules and limits),
 //! [`send`] (SendMessage, SendStreamingMessage), [`tasks`] (GetTask,
 //! ListTasks, CancelTask, SubscribeToTask), [`unsupported`] (push config
 //! RPCs this server does not offer). GetExtendedAgentCard is answered from
-//! [`Cards::extended`].
+//! [`Cards::extended`]. The media types a card accepts are checked on
+//! SendMessage and SendStreamingMessage by the cards ([`crate::content`]),
+//! before anything else is done with the message.
 
-pub mod content;
 pub mod send;
 pub mod tasks;
 pub mod unsupported;

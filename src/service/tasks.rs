@@ -15,7 +15,7 @@ use crate::store::{Cursor, status_key};
 
 /// Encoded tasks one ListTasks response may carry: the message limit, less
 /// room for the response's other fields.
-pub const MAX_PAGE_BYTES: usize = crate::server::MAX_MESSAGE_BYTES - 64 * 1024;
+pub const MAX_PAGE_BYTES: usize = crate::proto::MAX_MESSAGE_BYTES - 64 * 1024;
 
 pub async fn get_task(
     manager: &TaskManager,

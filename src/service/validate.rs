@@ -4,7 +4,7 @@
 //! Named limits, all enforced here or by the transport:
 //! - [`MAX_ID_BYTES`]: ids a client sends (message, task, context, tenant).
 //! - [`MAX_PARTS`]: parts in one message.
-//! - [`crate::server::MAX_MESSAGE_BYTES`]: one encoded gRPC message.
+//! - [`crate::proto::MAX_MESSAGE_BYTES`]: one encoded gRPC message.
 //! - page sizes: [`crate::store::MAX_PAGE_SIZE`].
 
 use crate::error::{A2aError, FieldViolation};

@@ -17,7 +17,6 @@ use async_trait::async_trait;
 use crate::agent::{
     AgentError, AgentExecutor, EventSink, RequestContext, SinkError, basic_card, skill,
 };
-use crate::lifecycle::ApplyError;
 use crate::proto::{AgentCard, TaskState};
 
 /// Largest K a `fanout` request may ask for.
@@ -69,7 +68,7 @@ impl Fanout {
 pub struct Bench;
 
 fn canceled(e: &SinkError) -> bool {
-    matches!(e, SinkError::Rejected(ApplyError::Terminal(_)))
+    matches!(e, SinkError::TaskClosed { .. })
 }
 
 impl Bench {
@@ -140,7 +139,7 @@ impl AgentExecutor for Bench {
         // It reads only the text of a message ([`RequestContext::text`]):
         // other media types are refused before it runs
         // (CONTENT_TYPE_NOT_SUPPORTED).
-        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card.default_input_modes = vec![crate::content::TEXT_MEDIA_TYPE.into()];
         card
     }
 }

@@ -32,7 +32,7 @@ impl AgentExecutor for CodeReviewer {
         // It reads the text of a message ([`RequestContext::text`]): a
         // request in plain text, then the diff, which a client may label as
         // one (`git diff` is `text/x-diff`, `git format-patch` `text/x-patch`).
-        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card.default_input_modes = vec![crate::content::TEXT_MEDIA_TYPE.into()];
         card.skills[0].input_modes = ["text/plain", "text/x-diff", "text/x-patch"]
             .map(String::from)
             .into();

@@ -42,7 +42,7 @@ use async_trait::async_trait;
 use crate::agent::{
     AgentError, AgentExecutor, EventSink, RequestContext, SinkError, basic_card, skill,
 };
-use crate::lifecycle::{ApplyError, ArtifactUpdate};
+use crate::lifecycle::ArtifactUpdate;
 use crate::proto::{AgentCard, Artifact, Part, TaskState, part::Content};
 
 /// How long a `test-resubscribe-message-id` task stays WORKING. The kit
@@ -181,7 +181,7 @@ async fn artifact(sink: &EventSink, output: Output) -> Result<(), SinkError> {
 /// A sink error because the task was canceled meanwhile: the run simply
 /// stops.
 fn canceled(e: &SinkError) -> bool {
-    matches!(e, SinkError::Rejected(ApplyError::Terminal(_)))
+    matches!(e, SinkError::TaskClosed { .. })
 }
 
 /// The default agent for the A2A TCK; see the module documentation.
@@ -291,9 +291,9 @@ impl AgentExecutor for Conformance {
         // `application/x-unsupported-tck-type` and MUST get
         // ContentTypeNotSupportedError, which `*/*` would never give.
         card.default_input_modes = [
-            crate::service::content::TEXT_MEDIA_TYPE,
-            crate::service::content::DATA_MEDIA_TYPE,
-            crate::service::content::FILE_MEDIA_TYPE,
+            crate::content::TEXT_MEDIA_TYPE,
+            crate::content::DATA_MEDIA_TYPE,
+            crate::content::FILE_MEDIA_TYPE,
         ]
         .map(String::from)
         .into();

@@ -13,7 +13,6 @@ use async_trait::async_trait;
 use crate::agent::{
     AgentError, AgentExecutor, EventSink, RequestContext, SinkError, basic_card, skill,
 };
-use crate::lifecycle::ApplyError;
 use crate::proto::{AgentCard, TaskState};
 
 pub const DEPLOYMENT_ARTIFACT: &str = "deployment";
@@ -57,7 +56,7 @@ impl AgentExecutor for Deployer {
         // It reads only the text of a message ([`RequestContext::text`]):
         // other media types are refused before it runs
         // (CONTENT_TYPE_NOT_SUPPORTED).
-        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card.default_input_modes = vec![crate::content::TEXT_MEDIA_TYPE.into()];
         card
     }
 
@@ -101,7 +100,7 @@ impl AgentExecutor for Deployer {
         }
         .await;
         match result {
-            Err(SinkError::Rejected(ApplyError::Terminal(_))) => Ok(()),
+            Err(SinkError::TaskClosed { .. }) => Ok(()),
             other => Ok(other?),
         }
     }

@@ -15,7 +15,6 @@ use async_trait::async_trait;
 use crate::agent::{
     AgentError, AgentExecutor, EventSink, RequestContext, SinkError, basic_card, skill,
 };
-use crate::lifecycle::ApplyError;
 use crate::proto::{AgentCard, TaskState};
 
 pub const REPORT_ARTIFACT: &str = "test-report";
@@ -38,7 +37,7 @@ impl Default for TestRunner {
 /// A sink error because the task was canceled meanwhile: the run simply
 /// stops.
 fn canceled(e: &SinkError) -> bool {
-    matches!(e, SinkError::Rejected(ApplyError::Terminal(_)))
+    matches!(e, SinkError::TaskClosed { .. })
 }
 
 impl TestRunner {
@@ -117,7 +116,7 @@ impl AgentExecutor for TestRunner {
         // It reads only the text of a message ([`RequestContext::text`]):
         // other media types are refused before it runs
         // (CONTENT_TYPE_NOT_SUPPORTED).
-        card.default_input_modes = vec![crate::service::content::TEXT_MEDIA_TYPE.into()];
+        card.default_input_modes = vec![crate::content::TEXT_MEDIA_TYPE.into()];
         card
     }
 
