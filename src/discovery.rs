@@ -33,10 +33,10 @@ use axum::routing::get;
 use tonic::metadata::MetadataMap;
 
 use crate::agent::AgentRouter;
+use crate::content::InputModes;
 use crate::error::A2aError;
 use crate::json::{self, JsonError};
 use crate::proto::{AgentCapabilities, AgentCard, AgentInterface, AgentProvider, Message};
-use crate::content::InputModes;
 
 /// The protocol version this interface serves (spec §3.6).
 pub const PROTOCOL_VERSION: &str = "1.0";

@@ -14,8 +14,8 @@ pub mod sink;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-pub use sink::{EventSink, SinkError, agent_text};
 pub use router::AgentRouter;
+pub use sink::{EventSink, SinkError, agent_text};
 
 use crate::proto::{AgentCapabilities, AgentCard, AgentSkill, Message, Task};
 

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{MutexGuard, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::sink::{NewTaskAnswer, SinkMode};
+use super::answer::NewTaskAnswer;
 use super::{Shared, TaskHandle, TaskKey, now, store_error};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
@@ -960,11 +960,7 @@ impl LiveTask {
                 accepted_output_modes: request.accepted_output_modes,
                 cancelled,
             };
-            let mode = SinkMode::Live {
-                live: self.clone(),
-                answer: None,
-            };
-            super::run::spawn(shared, request.agent, ctx, mode);
+            shared.start_follow_up(self.clone(), request.agent, ctx);
             return;
         }
         if runs.idle()

@@ -19,6 +19,7 @@
 //! is asked whether it already created a task, and concurrent repeats wait
 //! for the first one's answer, so the agent runs once.
 
+mod answer;
 pub mod live;
 pub mod sink;
 pub mod stream;
@@ -748,6 +749,35 @@ impl Shared {
         let live = Arc::new(LiveTask::new(key.clone(), Arc::downgrade(self)));
         map.insert(key, Arc::downgrade(&live));
         live
+    }
+
+    /// Starts the run of a follow-up message that `live` admitted from its
+    /// queue (the task exists, so the run's sink starts live).
+    pub(crate) fn start_follow_up(
+        self: &Arc<Self>,
+        live: Arc<LiveTask>,
+        agent: Arc<dyn crate::agent::AgentExecutor>,
+        ctx: RequestContext,
+    ) {
+        let mode = sink::SinkMode::Live { live, answer: None };
+        run::spawn(self, agent, ctx, mode);
+    }
+
+    /// Answers a repeat of a message that already created task `key` with
+    /// that task, off the caller (it may have to load the task).
+    pub(crate) fn answer_repeat(
+        self: &Arc<Self>,
+        key: TaskKey,
+        history: HistoryLength,
+        subscribe: bool,
+        reply: answer::Reply,
+    ) {
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let existing = shared.live(key);
+            let outcome = existing.duplicate_handle(&shared, history, subscribe).await;
+            reply.send(outcome);
+        });
     }
 
     /// Called from `LiveTask::drop`: forgets the entry unless a newer handle

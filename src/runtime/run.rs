@@ -11,8 +11,9 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};
 
+use super::answer::Reply;
 use super::live::RunRequest;
-use super::sink::{Reply, RunSink, SinkInner, SinkMode};
+use super::sink::{RunSink, SinkInner, SinkMode};
 use super::{OriginClaim, SendOutcome, Shared, TaskKey};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;

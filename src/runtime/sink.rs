@@ -9,86 +9,17 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::Mutex;
 
+use super::answer::{NewTaskAnswer, Reply};
 use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
-use super::{OriginClaim, OriginOutcome, SendOutcome, Shared, TaskKey, server_status, store_error};
+use super::{SendOutcome, Shared, TaskKey, server_status};
 use crate::agent::sink::SinkTarget;
 use crate::agent::{EventSink, SinkError};
 use crate::error::A2aError;
 use crate::lifecycle::{HistoryLength, TaskEvent, TaskRecord};
 use crate::proto::{Message, Role, TaskState};
 use crate::store::StoreError;
-
-/// Where the answer to a new message goes: the request that sent it, and
-/// the repeats of the same message that wait on it (idempotent sends). It
-/// belongs to the run, not to the request, so a client that goes away
-/// still has its repeats answered.
-pub(crate) struct Reply {
-    tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
-    claim: Option<OriginClaim>,
-}
-
-impl Reply {
-    pub(crate) fn new(
-        tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
-        claim: Option<OriginClaim>,
-    ) -> Self {
-        Reply { tx, claim }
-    }
-
-    pub(crate) fn send(mut self, outcome: Result<SendOutcome, A2aError>) {
-        if let Some(claim) = self.claim.take() {
-            claim.resolve(match &outcome {
-                Ok(SendOutcome::Task(handle)) => OriginOutcome::Task(handle.snapshot.id.clone()),
-                Ok(SendOutcome::Message(m)) => OriginOutcome::Message(m.clone()),
-                Err(e) => OriginOutcome::Failed(e.clone()),
-            });
-        }
-        let _ = self.tx.send(outcome);
-    }
-}
-
-/// The answer owed to the request that created a task, sent once the
-/// task's first write commits.
-pub(crate) struct NewTaskAnswer {
-    tenant: String,
-    handle: Box<super::TaskHandle>,
-    history: HistoryLength,
-    subscribe: bool,
-    reply: Option<Reply>,
-}
-
-impl NewTaskAnswer {
-    /// Answers the creating request with the outcome of the task's first
-    /// write; called by the flush that committed (or dropped) it, so no
-    /// task of its own waits for the commit. A create refused as a repeat
-    /// of the same message (idempotent sends) answers with the task that
-    /// message created.
-    pub(crate) fn deliver(self, result: Result<(), &StoreError>, shared: &Arc<Shared>) {
-        let Some(reply) = self.reply else {
-            return;
-        };
-        match result {
-            Ok(()) => reply.send(Ok(SendOutcome::Task(self.handle))),
-            Err(StoreError::DuplicateMessage { task_id }) => {
-                let shared = shared.clone();
-                let key = TaskKey {
-                    tenant: self.tenant,
-                    id: task_id.clone(),
-                };
-                let (history, subscribe) = (self.history, self.subscribe);
-                // Rare, and it must load the other task: off the flush.
-                tokio::spawn(async move {
-                    let existing = shared.live(key);
-                    let outcome = existing.duplicate_handle(&shared, history, subscribe).await;
-                    reply.send(outcome);
-                });
-            }
-            Err(e) => reply.send(Err(store_error(e.clone()))),
-        }
-    }
-}
 
 /// The agent-facing error for a refused event of the task `task_id`.
 fn sink_error(task_id: &str, failure: ApplyFailure) -> SinkError {
@@ -291,13 +222,7 @@ impl RunSink {
             Some(1),
         );
         drop(state);
-        let answer = NewTaskAnswer {
-            tenant: key.tenant.clone(),
-            handle: Box::new(handle),
-            history,
-            subscribe,
-            reply,
-        };
+        let answer = NewTaskAnswer::new(key.tenant.clone(), handle, history, subscribe, reply);
         *mode = SinkMode::Live {
             live: live.clone(),
             answer: Some(answer),

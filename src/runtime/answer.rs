@@ -1,0 +1,98 @@
+//! The answer owed to the request that sent a new message, and how it is
+//! paid.
+//!
+//! A new message is answered by what its run does first: a direct reply,
+//! or a task. A task exists for the client only once its first write has
+//! committed, so the answer ([`NewTaskAnswer`]) travels with the run's
+//! first event into the live task and is delivered by the flush that
+//! commits it (or reports its failure). The answer belongs to the run, not
+//! to the request ([`Reply`]): a client that disconnects still has the
+//! repeats of its message answered.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::{OriginClaim, OriginOutcome, SendOutcome, Shared, TaskHandle, TaskKey, store_error};
+use crate::error::A2aError;
+use crate::lifecycle::HistoryLength;
+use crate::store::StoreError;
+
+/// Where the answer to a new message goes: the request that sent it, and
+/// the repeats of the same message that wait on it (idempotent sends). It
+/// belongs to the run, not to the request, so a client that goes away
+/// still has its repeats answered.
+pub(crate) struct Reply {
+    tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
+    claim: Option<OriginClaim>,
+}
+
+impl Reply {
+    pub(crate) fn new(
+        tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
+        claim: Option<OriginClaim>,
+    ) -> Self {
+        Reply { tx, claim }
+    }
+
+    pub(crate) fn send(mut self, outcome: Result<SendOutcome, A2aError>) {
+        if let Some(claim) = self.claim.take() {
+            claim.resolve(match &outcome {
+                Ok(SendOutcome::Task(handle)) => OriginOutcome::Task(handle.snapshot.id.clone()),
+                Ok(SendOutcome::Message(m)) => OriginOutcome::Message(m.clone()),
+                Err(e) => OriginOutcome::Failed(e.clone()),
+            });
+        }
+        let _ = self.tx.send(outcome);
+    }
+}
+
+/// The answer owed to the request that created a task, sent once the
+/// task's first write commits.
+pub(crate) struct NewTaskAnswer {
+    tenant: String,
+    handle: Box<TaskHandle>,
+    history: HistoryLength,
+    subscribe: bool,
+    reply: Option<Reply>,
+}
+
+impl NewTaskAnswer {
+    pub(crate) fn new(
+        tenant: String,
+        handle: TaskHandle,
+        history: HistoryLength,
+        subscribe: bool,
+        reply: Option<Reply>,
+    ) -> Self {
+        NewTaskAnswer {
+            tenant,
+            handle: Box::new(handle),
+            history,
+            subscribe,
+            reply,
+        }
+    }
+
+    /// Answers the creating request with the outcome of the task's first
+    /// write; called by the flush that committed (or dropped) it, so no
+    /// task of its own waits for the commit. A create refused as a repeat
+    /// of the same message (idempotent sends) answers with the task that
+    /// message created.
+    pub(crate) fn deliver(self, result: Result<(), &StoreError>, shared: &Arc<Shared>) {
+        let Some(reply) = self.reply else {
+            return;
+        };
+        match result {
+            Ok(()) => reply.send(Ok(SendOutcome::Task(self.handle))),
+            Err(StoreError::DuplicateMessage { task_id }) => {
+                let key = TaskKey {
+                    tenant: self.tenant,
+                    id: task_id.clone(),
+                };
+                shared.answer_repeat(key, self.history, self.subscribe, reply);
+            }
+            Err(e) => reply.send(Err(store_error(e.clone()))),
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The shape of the code, checked so it stays so:
+//!
+//! - the top-level modules of the library depend on each other in one
+//!   direction (no cycle), and so do the parts of the runtime (its files
+//!   other than `runtime/mod.rs`, which holds the state and handles every
+//!   part uses);
+//! - the library needs none of the benchmark tools' crates, and the
+//!   binary's own (command line, log output, allocator) only through the
+//!   default `cli` feature;
+//! - no `unsafe` in the store.
+//!
+//! Dependencies are read from the source: a file depends on a module it
+//! names by path (`crate::store::...`, `use crate::{agent, store}`,
+//! `super::live::...`), in code or in doc links, outside its tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// A file's source without its `#[cfg(test)]` module: tests may reach
+/// anywhere.
+fn source_outside_tests(path: &Path) -> String {
+    let source = std::fs::read_to_string(path).expect("read source");
+    match source.find("#[cfg(test)]\nmod tests") {
+        Some(at) => source[..at].to_owned(),
+        None => source,
+    }
+}
+
+/// The modules named after `prefix` (`crate::`, `super::`): `prefix` then
+/// an identifier, or a brace group whose top-level items are each a path
+/// starting with an identifier.
+fn named_after(source: &str, prefix: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(prefix) {
+        rest = &rest[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut item = String::new();
+            let mut items = Vec::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => items.push(std::mem::take(&mut item)),
+                    _ if depth == 0 => item.push(c),
+                    _ => {}
+                }
+            }
+            items.push(item);
+            for item in items {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    names.insert(name);
+                }
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// A cycle in `graph`, if any, as the list of its nodes.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(cycle) = visit(node, graph, &mut Vec::new(), &mut done) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+/// The top-level module a file under `src/` belongs to.
+fn top_module(path: &Path) -> Option<String> {
+    let relative = path.strip_prefix(SRC).expect("under src");
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    let name = first.trim_end_matches(".rs");
+    (name != "lib" && name != "main").then(|| name.to_owned())
+}
+
+#[test]
+fn top_level_modules_depend_on_each_other_in_one_direction() {
+    let files = rust_files(Path::new(SRC));
+    let modules: BTreeSet<String> = files.iter().filter_map(|f| top_module(f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let Some(module) = top_module(file) else {
+            continue;
+        };
+        let uses = named_after(&source_outside_tests(file), "crate::");
+        let entry = graph.entry(module.clone()).or_default();
+        entry.extend(
+            uses.into_iter()
+                .filter(|m| modules.contains(m) && *m != module),
+        );
+    }
+    // The layering this keeps, lowest first (README's architecture notes).
+    assert!(
+        graph["lifecycle"].iter().all(|m| m == "proto"),
+        "the lifecycle core depends only on the protocol types: {:?}",
+        graph["lifecycle"]
+    );
+    assert!(
+        !graph["agent"].contains("runtime") && !graph["agent"].contains("service"),
+        "the agent API stands alone: {:?}",
+        graph["agent"]
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("module cycle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_runtimes_parts_depend_on_each_other_in_one_direction() {
+    let dir = Path::new(SRC).join("runtime");
+    let parts: BTreeSet<String> = rust_files(&dir)
+        .iter()
+        .filter_map(|f| f.file_stem()?.to_str().map(str::to_owned))
+        .filter(|name| name != "mod")
+        .collect();
+    assert!(
+        parts.contains("live") && parts.contains("sink"),
+        "{parts:?}"
+    );
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for part in &parts {
+        let source = source_outside_tests(&dir.join(format!("{part}.rs")));
+        let mut uses = named_after(&source, "super::");
+        uses.extend(named_after(&source, "crate::runtime::"));
+        graph.insert(
+            part.clone(),
+            uses.into_iter()
+                .filter(|m| parts.contains(m) && m != part)
+                .collect(),
+        );
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("runtime cycle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_cycles() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(find_cycle(&graph).expect("a cycle"), ["a", "b", "c", "a"]);
+    assert_eq!(
+        named_after(
+            "use crate::{agent::X, store, lifecycle::{A, B}};",
+            "crate::"
+        ),
+        ["agent", "lifecycle", "store"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    );
+}
+
+/// The `[dependencies]` table of the library's manifest: name -> its line.
+fn library_dependencies() -> BTreeMap<String, String> {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .expect("read Cargo.toml");
+    let table = manifest
+        .split("\n[dependencies]\n")
+        .nth(1)
+        .expect("a [dependencies] table");
+    let table = table.split("\n[").next().unwrap_or(table);
+    table
+        .lines()
+        .filter_map(|line| {
+            let (name, _) = line.split_once('=')?;
+            Some((name.trim().to_owned(), line.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_library_needs_no_tool_or_binary_only_crate() {
+    let dependencies = library_dependencies();
+    for tool_only in ["hdrhistogram"] {
+        assert!(
+            !dependencies.contains_key(tool_only),
+            "{tool_only} belongs to the bench crate"
+        );
+    }
+    for binary_only in ["clap", "tracing-subscriber", "mimalloc"] {
+        let line = dependencies
+            .get(binary_only)
+            .unwrap_or_else(|| panic!("{binary_only} is a dependency"));
+        assert!(
+            line.contains("optional = true"),
+            "{binary_only} must be optional (the `cli` feature): {line}"
+        );
+    }
+    let files = rust_files(Path::new(SRC));
+    for file in files.iter().filter(|f| !f.ends_with("main.rs")) {
+        let source = std::fs::read_to_string(file).expect("read");
+        for binary_only in ["clap::", "tracing_subscriber::", "mimalloc::"] {
+            assert!(
+                !source.contains(binary_only),
+                "{} uses {binary_only}, which only the binary has",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_store_has_no_unsafe_code() {
+    for file in rust_files(&Path::new(SRC).join("store")) {
+        let source = std::fs::read_to_string(&file).expect("read");
+        assert!(
+            !source.contains("unsafe "),
+            "{} has unsafe code",
+            file.display()
+        );
+    }
+}
