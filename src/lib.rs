@@ -18,3 +18,8 @@ pub mod runtime;
 pub mod server;
 pub mod service;
 pub mod store;
+
+/// README's Rust examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;

@@ -1,11 +1,108 @@
-//! Agents: the [`AgentExecutor`] contract, the context it runs in, and the
-//! demo agents.
+//! Writing an agent: everything an agent author needs is in this module.
 //!
-//! An executor does the work behind a message. It never touches the task
-//! directly: it emits status, artifact and message events through an
-//! [`EventSink`], and the runtime applies them with the lifecycle core,
-//! persists them and broadcasts them. An executor that returns an error or
-//! panics leaves its task FAILED with a status message, never stuck.
+//! An agent is an [`AgentExecutor`]. The server calls
+//! [`AgentExecutor::execute`] once per message it accepts for the agent,
+//! with the message and its task ([`RequestContext`]) and an [`EventSink`].
+//! The executor never touches the task: it emits events through the sink,
+//! and the server applies each one with the lifecycle rules, stores it and
+//! sends it to the task's streams, in order. An executor that returns an
+//! error or panics leaves its task FAILED with a status message, never
+//! stuck; so does one that returns while its task is still SUBMITTED or
+//! WORKING.
+//!
+//! # A first agent
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use a2a_lifecycle::agent::{
+//!     AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext, SinkError,
+//!     basic_card, skill,
+//! };
+//! use a2a_lifecycle::proto::{AgentCard, TaskState};
+//!
+//! /// Shouts the message back; asks again when there is nothing to shout.
+//! struct Shouter;
+//!
+//! #[async_trait::async_trait]
+//! impl AgentExecutor for Shouter {
+//!     async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+//!         let text = ctx.text();
+//!         if text.is_empty() {
+//!             // Interrupted: the task waits for the client's next message,
+//!             // which starts another run on the same task.
+//!             sink.status(TaskState::InputRequired, Some("What should I shout?")).await?;
+//!             return Ok(());
+//!         }
+//!         // The first event creates the task (SUBMITTED, then WORKING).
+//!         sink.status(TaskState::Working, None).await?;
+//!         for (i, word) in text.split_whitespace().enumerate() {
+//!             if ctx.cancelled.is_cancelled() {
+//!                 return Ok(()); // the server has already ended the task
+//!             }
+//!             let chunk = format!("{} ", word.to_uppercase());
+//!             match sink.artifact_text("shout", "shout", &chunk, i > 0, false).await {
+//!                 Ok(()) => {}
+//!                 // Canceled by a client, or failed by the task timeout:
+//!                 // stop quietly.
+//!                 Err(SinkError::TaskClosed { .. }) => return Ok(()),
+//!                 Err(other) => return Err(other.into()),
+//!             }
+//!         }
+//!         sink.artifact_text("shout", "shout", "!", true, true).await?;
+//!         sink.status(TaskState::Completed, Some("Shouted.")).await?;
+//!         Ok(())
+//!     }
+//!
+//!     fn card(&self) -> AgentCard {
+//!         basic_card("Shouter", "Shouts your message back.", vec![
+//!             skill("shout", "Shout", "Upper-cases every word.", &["shout"]),
+//!         ])
+//!     }
+//! }
+//!
+//! // Served for requests without a tenant, and under the tenant "shouter".
+//! let agents = AgentRouter::new()
+//!     .with("", Arc::new(Shouter))
+//!     .with("shouter", Arc::new(Shouter));
+//! # let _ = agents;
+//! ```
+//!
+//! Serve it with [`crate::server::serve`] (README, Embedding).
+//!
+//! # What to emit, and when
+//!
+//! - **The first event decides the answer to a new message.** A status or
+//!   an artifact creates the task; [`EventSink::reply`] instead answers
+//!   with a message and no task. A non-blocking SendMessage waits for this
+//!   first event, so emit it promptly.
+//! - **Statuses** move the task (spec §3.1.6): any state out of a
+//!   non-terminal one, none out of a terminal one. End with a terminal
+//!   state (COMPLETED, FAILED, REJECTED) or an interrupted one
+//!   (INPUT_REQUIRED, AUTH_REQUIRED) and return.
+//! - **Artifacts** arrive in chunks ([`lifecycle::ArtifactUpdate`](crate::lifecycle::ArtifactUpdate)):
+//!   `append` adds parts to the artifact, `last_chunk` seals it.
+//! - **Every sink call waits** until the event is accepted, in order; the
+//!   server commits it (often batched with its neighbours) before any
+//!   client sees it.
+//!
+//! # When the task ends without the agent
+//!
+//! A client may cancel the task (CancelTask), and `serve --task-timeout`
+//! may fail it. Either way `ctx.cancelled` fires, and the next sink call
+//! answers [`SinkError::TaskClosed`]: stop, and return `Ok(())` (the task
+//! is already terminal). [`AgentExecutor::cancel`] is then called to free
+//! what the agent holds.
+//!
+//! # One run at a time
+//!
+//! Runs on one task never overlap: a message sent while a run is going
+//! joins the task's history at once and starts the next run when this one
+//! ends, with `ctx.task` holding everything said so far.
+//!
+//! The [`demo`] agents (test-runner, code-reviewer, deployer) show every
+//! flow: blocking, streaming, input-required, auth-required, rejected,
+//! failed and canceled.
 
 pub mod demo;
 pub mod router;

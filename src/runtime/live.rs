@@ -5,7 +5,7 @@
 //! forgotten when the last holder drops it; the store stays the source of
 //! truth and the cache is reloaded from it after any failed write.
 //!
-//! Events are accepted and committed in two steps. Accepting ([`submit`])
+//! Events are accepted and committed in two steps. Accepting (`LiveTask::submit_locked`)
 //! validates an event with the lifecycle core and applies it to the working
 //! copy of the task, in order, under the task's lock. Committing happens in
 //! the background, one store write at a time per task: each write carries
@@ -16,13 +16,11 @@
 //! told before it is committed; a client request that changes the task
 //! (a message, a cancel) waits for its own commit before answering.
 //!
-//! Runs are tracked here too ([`Runs`]): at most one executor runs per
+//! Runs are tracked here too (`Runs`): at most one executor runs per
 //! task, and a client message accepted while one runs is committed to
 //! history at once and queued; the flush that commits it marks it ready,
 //! and the next run starts when the current one ends (or is dropped if the
 //! task became terminal meanwhile: the message stays in history).
-//!
-//! [`submit`]: LiveTask::submit_locked
 
 use std::borrow::Cow;
 use std::collections::VecDeque;

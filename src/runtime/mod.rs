@@ -2,7 +2,7 @@
 //! and subscribers meet.
 //!
 //! [`TaskManager`] owns the live tasks. Every change to a task goes through
-//! one per-task lock ([`live::LiveTask`]): the event is applied by the
+//! one per-task lock (`live::LiveTask`): the event is applied by the
 //! lifecycle core, committed to the store, and only then broadcast to the
 //! task's subscribers and waiters. Because subscribing also takes that lock,
 //! a subscriber's first item (a Task snapshot) and the live events after it
@@ -18,6 +18,50 @@
 //! first request for a (tenant, message_id) claims it in memory, the store
 //! is asked whether it already created a task, and concurrent repeats wait
 //! for the first one's answer, so the agent runs once.
+//!
+//! # The parts
+//!
+//! This module holds the state every part shares ([`TaskManager`], the
+//! live-task map, the idempotency claims) and the RPC entry points. The
+//! parts depend on it and on each other one way (`tests/structure.rs`
+//! checks it): `answer` (what a new message is owed) <- `live` (one task:
+//! apply, commit, broadcast, its run queue) <- `sink` (a run's events) <-
+//! `run` (starting and supervising executors); `stream` reads `live`.
+//!
+//! # Lock order
+//!
+//! A path that holds several takes them in this order, and never awaits
+//! while holding a std mutex:
+//!
+//! 1. a run's sink mode (`sink::SinkInner::mode`, async): which phase the
+//!    run is in (no event yet, live, replied, done);
+//! 2. the task's state (`LiveTask::lock_loaded`, async): the working copy,
+//!    its uncommitted events and the broadcast; held for microseconds, never
+//!    across a store write (flushes commit outside it and re-lock to
+//!    publish);
+//! 3. the task's runs (`live::Runs`, std): the active flag, the queue of
+//!    follow-ups, the cancel token;
+//! 4. the live-task map and the idempotency claims (`Shared`, std), each
+//!    alone, for a lookup or an insert.
+//!
+//! # The answer owed to a creating request
+//!
+//! A message without a task id is answered by what its run does first, so
+//! the request waits on a `answer::Reply` that belongs to the run, not to
+//! the request (a client that goes away still has its repeats answered):
+//!
+//! 1. the run's sink starts with the message and the reply, and no task;
+//! 2. a direct reply from the agent answers at once (no task is created);
+//! 3. the first status or artifact event installs the task (SUBMITTED,
+//!    uncommitted) and takes a snapshot and subscription for the request;
+//!    the answer (`answer::NewTaskAnswer`) rides with that event into the
+//!    task's pending writes;
+//! 4. the flush that commits it delivers the answer (the task with its
+//!    snapshot); a create refused because the same message created a task
+//!    meanwhile answers with that task instead; any other failure answers
+//!    with the error, and the answer is never lost: if the event carrying
+//!    it is refused, it stays in the sink for the next one, at worst the
+//!    FAILED that ends the run.
 
 mod answer;
 pub mod live;

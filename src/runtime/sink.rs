@@ -1,11 +1,11 @@
-//! The run's side of the [`EventSink`] ([`RunSink`]): how an executor's
+//! The run's side of the [`EventSink`] (`RunSink`): how an executor's
 //! events reach the task.
 //!
 //! For a new message the sink starts `Pending`: the first event decides
 //! between a direct reply (no task) and a task, which is then created in
 //! SUBMITTED, committed, handed to the waiting request together with its
 //! subscription, and only then changed by the event. After that every event
-//! goes through [`LiveTask::submit_locked`].
+//! goes through `LiveTask::submit_locked`.
 
 use std::sync::Arc;
 

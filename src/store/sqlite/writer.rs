@@ -21,7 +21,7 @@
 //!
 //! The writer also owns idempotency (one task per creating message in a
 //! tenant). New (tenant, message id) pairs are appended to `origin_log`
-//! and kept in memory ([`Origins`]); once the log holds a quarter as many
+//! and kept in memory (`Origins`); once the log holds a quarter as many
 //! entries as the merged `origins` table (within [`ORIGIN_LOG_MIN`] and
 //! [`ORIGIN_LOG_MAX`]) it is merged into that table in one sorted pass.
 //! A unique index on random message ids cost a page write per new task;
