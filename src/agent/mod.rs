@@ -68,7 +68,7 @@
 //! # let _ = agents;
 //! ```
 //!
-//! Serve it with [`crate::server::serve`] (README, Embedding).
+//! Serve it with `a2a_lifecycle::server::serve` (README, Embedding).
 //!
 //! # What to emit, and when
 //!

@@ -473,7 +473,9 @@ impl LiveTask {
     }
 
     /// Commits accepted events in order, one store write per round, until
-    /// none are left.
+    /// none are left: take the next write under the lock, write it without
+    /// the lock, then publish what it committed (or handle its failure)
+    /// under the lock again.
     async fn flush(self: Arc<Self>, shared: Arc<Shared>) {
         // Pending events seen at the last look, while the emitter was still
         // adding to them.
@@ -482,35 +484,14 @@ impl LiveTask {
             // Let the emitter that started this flush go on first: events it
             // emits right away join this write instead of needing another.
             tokio::task::yield_now().await;
-            let (write, version, count) = {
-                let mut guard = self.state.lock().await;
-                let Some(loaded) = guard.as_mut() else { return };
-                if loaded.pending.is_empty() {
-                    loaded.flushing = false;
-                    return;
-                }
-                // Events arrived since the last look: the emitter is
-                // producing as fast as it runs, so wait one more turn (up to
-                // FLUSH_BATCH_EVENTS) and commit them together. Committing
-                // each turn's one or two events instead made every
-                // subscriber's stream wake, encode and write per event
-                // (measured with 64 subscribers: 8 times the socket writes
-                // of a plain broadcast, and 2.5 times its CPU per event).
-                // An emitter that pauses is committed after one extra turn;
-                // a task already terminal has nothing more coming.
-                let n = loaded.pending.len();
-                if n > seen && n < FLUSH_BATCH_EVENTS && !loaded.record.state().is_terminal() {
-                    seen = n;
-                    continue;
-                }
-                seen = 0;
-                // Encoded under the lock: the write and the next committed
-                // copy, with no copy of the task itself.
-                (
-                    EncodedTask::new(&loaded.record),
-                    loaded.version,
-                    loaded.pending.len(),
-                )
+            let (write, version, count) = match self.next_write(&mut seen).await {
+                NextWrite::Done => return,
+                NextWrite::Gather => continue,
+                NextWrite::Write {
+                    write,
+                    version,
+                    count,
+                } => (write, version, count),
             };
             // Version 0: the task is new, and this write creates it.
             let result = if version == 0 {
@@ -523,64 +504,127 @@ impl LiveTask {
             };
             let mut guard = self.state.lock().await;
             let Some(loaded) = guard.as_mut() else { return };
-            match result {
+            let go_on = match result {
                 Ok(version) => {
-                    loaded.version = version;
-                    loaded.bytes = write.bytes.len();
-                    loaded.committed = Some(write);
-                    let done: Vec<Pending> = loaded.pending.drain(..count).collect();
-                    let mut follow_ups = false;
-                    for p in done {
-                        self.publish(loaded, p.run, p.out);
-                        for n in p.notify {
-                            let _ = n.send(Ok(()));
-                        }
-                        if let Some(answer) = p.answer {
-                            answer.deliver(Ok(()), &shared);
-                        }
-                        if let Some(seq) = p.follow_up {
-                            follow_ups = true;
-                            self.runs().mark_committed(seq);
-                        }
-                    }
-                    // A follow-up became ready, or a queue waits on a state
-                    // just committed (terminal: it is dropped).
-                    if follow_ups
-                        || (loaded.record.state().is_terminal() && !self.runs().queue.is_empty())
-                    {
-                        self.dispatch_locked(&shared, loaded);
-                    }
+                    self.committed(&shared, loaded, write, version, count);
+                    true
                 }
-                Err(e) if version == 0 => {
-                    // The create was refused (a repeat of the same message,
-                    // or the store failed): the task never existed.
-                    self.drop_pending(&shared, loaded, e);
-                    *guard = None;
-                    return;
+                Err(e) => self.write_failed(&shared, loaded, version, e).await,
+            };
+            if !go_on {
+                *guard = None;
+                return;
+            }
+        }
+    }
+
+    /// What the flush writes next: nothing (and the flush ends), nothing
+    /// yet (events are still arriving), or the task with its pending
+    /// events, encoded under the lock (no copy of the task itself).
+    async fn next_write(&self, seen: &mut usize) -> NextWrite {
+        let mut guard = self.state.lock().await;
+        let Some(loaded) = guard.as_mut() else {
+            return NextWrite::Done;
+        };
+        if loaded.pending.is_empty() {
+            loaded.flushing = false;
+            return NextWrite::Done;
+        }
+        // Events arrived since the last look: the emitter is producing as
+        // fast as it runs, so wait one more turn (up to FLUSH_BATCH_EVENTS)
+        // and commit them together. Committing each turn's one or two
+        // events instead made every subscriber's stream wake, encode and
+        // write per event (measured with 64 subscribers: 8 times the socket
+        // writes of a plain broadcast, and 2.5 times its CPU per event). An
+        // emitter that pauses is committed after one extra turn; a task
+        // already terminal has nothing more coming.
+        let n = loaded.pending.len();
+        if n > *seen && n < FLUSH_BATCH_EVENTS && !loaded.record.state().is_terminal() {
+            *seen = n;
+            return NextWrite::Gather;
+        }
+        *seen = 0;
+        NextWrite::Write {
+            write: EncodedTask::new(&loaded.record),
+            version: loaded.version,
+            count: loaded.pending.len(),
+        }
+    }
+
+    /// The first `count` pending events are committed at `version`:
+    /// broadcast them, tell their waiters, answer a creating request, and
+    /// admit the follow-up runs they carried.
+    fn committed(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        loaded: &mut Loaded,
+        write: EncodedTask,
+        version: u64,
+        count: usize,
+    ) {
+        loaded.version = version;
+        loaded.bytes = write.bytes.len();
+        loaded.committed = Some(write);
+        let done: Vec<Pending> = loaded.pending.drain(..count).collect();
+        let mut follow_ups = false;
+        for p in done {
+            self.publish(loaded, p.run, p.out);
+            for n in p.notify {
+                let _ = n.send(Ok(()));
+            }
+            if let Some(answer) = p.answer {
+                answer.deliver(Ok(()), shared);
+            }
+            if let Some(seq) = p.follow_up {
+                follow_ups = true;
+                self.runs().mark_committed(seq);
+            }
+        }
+        // A follow-up became ready, or a queue waits on a state just
+        // committed (terminal: it is dropped).
+        if follow_ups || (loaded.record.state().is_terminal() && !self.runs().queue.is_empty()) {
+            self.dispatch_locked(shared, loaded);
+        }
+    }
+
+    /// A write made from `version` failed with `e`: the pending events are
+    /// rebased (another writer moved the task) or dropped, and their
+    /// waiters told. False when the task is gone from memory (a create that
+    /// failed, or a reload that did), which ends the flush.
+    async fn write_failed(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        loaded: &mut Loaded,
+        version: u64,
+        e: StoreError,
+    ) -> bool {
+        match e {
+            e if version == 0 => {
+                // The create was refused (a repeat of the same message, or
+                // the store failed): the task never existed.
+                self.drop_pending(shared, loaded, e);
+                false
+            }
+            StoreError::Conflict { .. } => {
+                // Another writer moved the task: rebase what is pending on
+                // the stored copy, or drop it all if it no longer applies.
+                if let Err(e) = self.rebase(shared, loaded).await {
+                    self.drop_pending(shared, loaded, e);
                 }
-                Err(StoreError::Conflict { .. }) => {
-                    // Another writer moved the task: rebase what is pending
-                    // on the stored copy, or drop it all if it no longer
-                    // applies.
-                    if let Err(e) = self.rebase(&shared, loaded).await {
-                        self.drop_pending(&shared, loaded, e);
+                true
+            }
+            e => {
+                tracing::error!(task_id = %self.key.id, error = %e, "task write failed");
+                self.drop_pending(shared, loaded, e);
+                // The working copy held the dropped events: reload.
+                match shared.store.get(&self.key.tenant, &self.key.id).await {
+                    Ok(Some(stored)) => {
+                        loaded.record = stored.record;
+                        loaded.committed = None;
+                        loaded.version = stored.version;
+                        true
                     }
-                }
-                Err(e) => {
-                    tracing::error!(task_id = %self.key.id, error = %e, "task write failed");
-                    self.drop_pending(&shared, loaded, e);
-                    // The working copy held the dropped events: reload.
-                    match shared.store.get(&self.key.tenant, &self.key.id).await {
-                        Ok(Some(stored)) => {
-                            loaded.record = stored.record;
-                            loaded.committed = None;
-                            loaded.version = stored.version;
-                        }
-                        _ => {
-                            *guard = None;
-                            return;
-                        }
-                    }
+                    _ => false,
                 }
             }
         }
@@ -969,6 +1013,20 @@ impl LiveTask {
             let _ = tx.send(Arc::new(Signal::Idle));
         }
     }
+}
+
+/// What a flush does next ([`LiveTask::next_write`]).
+enum NextWrite {
+    /// Nothing is pending: the flush ends.
+    Done,
+    /// Events are still arriving: look again after a turn.
+    Gather,
+    /// Write the task, made from `version`, committing `count` events.
+    Write {
+        write: EncodedTask,
+        version: u64,
+        count: usize,
+    },
 }
 
 impl Runs {

@@ -303,6 +303,50 @@ pub(crate) fn store_error(err: StoreError) -> A2aError {
     }
 }
 
+/// Whether a follow-up `message` may join the task `record` (its working
+/// copy: a cancel accepted but not yet committed counts), with `queued`
+/// messages already waiting for a run: not terminal, the same context, room
+/// in the queue.
+fn follow_up_admissible(
+    record: &crate::lifecycle::TaskRecord,
+    message: &Message,
+    queued: usize,
+) -> Result<(), A2aError> {
+    let task = &record.task;
+    let current = record.state();
+    if current.is_terminal() {
+        return Err(A2aError::unsupported(
+            format!(
+                "task {:?} is in terminal state {} and accepts no more messages",
+                task.id,
+                current.as_str_name()
+            ),
+            Some(&task.id),
+        ));
+    }
+    if !message.context_id.is_empty() && message.context_id != task.context_id {
+        return Err(A2aError::invalid(
+            "message.context_id",
+            format!(
+                "context_id {:?} does not match task {:?}, whose context_id is {:?}",
+                message.context_id, task.id, task.context_id
+            ),
+        ));
+    }
+    if queued >= MAX_QUEUED_MESSAGES {
+        return Err(A2aError::ResourceExhausted {
+            message: format!(
+                "task {:?} already has {MAX_QUEUED_MESSAGES} messages waiting for its \
+                 running agent; retry once it has taken some",
+                task.id
+            ),
+            task_id: Some(task.id.clone()),
+            limit: "MAX_QUEUED_MESSAGES",
+        });
+    }
+    Ok(())
+}
+
 impl TaskManager {
     pub fn new(store: Arc<dyn TaskStore>, agents: AgentRouter, config: RuntimeConfig) -> Self {
         TaskManager {
@@ -450,40 +494,8 @@ impl TaskManager {
                 .duplicate_handle(&self.shared, history, subscribe)
                 .await;
         }
-        // The working copy: a cancel accepted but not yet committed counts.
-        let task = &loaded.record.task;
-        let current = loaded.record.state();
-        if current.is_terminal() {
-            return Err(A2aError::unsupported(
-                format!(
-                    "task {:?} is in terminal state {} and accepts no more messages",
-                    task.id,
-                    current.as_str_name()
-                ),
-                Some(&task.id),
-            ));
-        }
-        if !message.context_id.is_empty() && message.context_id != task.context_id {
-            return Err(A2aError::invalid(
-                "message.context_id",
-                format!(
-                    "context_id {:?} does not match task {:?}, whose context_id is {:?}",
-                    message.context_id, task.id, task.context_id
-                ),
-            ));
-        }
-        if live.queued() >= MAX_QUEUED_MESSAGES {
-            return Err(A2aError::ResourceExhausted {
-                message: format!(
-                    "task {:?} already has {MAX_QUEUED_MESSAGES} messages waiting for its \
-                     running agent; retry once it has taken some",
-                    task.id
-                ),
-                task_id: Some(task.id.clone()),
-                limit: "MAX_QUEUED_MESSAGES",
-            });
-        }
-        message.context_id = task.context_id.clone();
+        follow_up_admissible(&loaded.record, message, live.queued())?;
+        message.context_id = loaded.record.task.context_id.clone();
         // Applied again by the lifecycle core, which refuses a terminal task.
         let commit = live.submit_locked(
             &self.shared,

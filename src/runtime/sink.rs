@@ -21,6 +21,17 @@ use crate::lifecycle::{HistoryLength, TaskEvent, TaskRecord};
 use crate::proto::{Message, Role, TaskState};
 use crate::store::StoreError;
 
+/// An event accepted into its task's pending writes.
+struct Submitted {
+    /// Resolves when it is committed.
+    commit: super::live::Commit,
+    /// The task held so many uncommitted events that the emitter waits.
+    backlogged: bool,
+    /// It carries the answer owed to the creating request (its write
+    /// creates the task).
+    creates: bool,
+}
+
 /// The agent-facing error for a refused event of the task `task_id`.
 fn sink_error(task_id: &str, failure: ApplyFailure) -> SinkError {
     match failure {
@@ -126,6 +137,11 @@ impl RunSink {
         }
     }
 
+    /// Applies one event to the run's task (creating the task on the first
+    /// one), then waits for its commit when it must: for the server's own
+    /// events, and when the task's backlog is full. An agent's event is
+    /// otherwise accepted in order and committed in the background,
+    /// batched with its neighbours.
     async fn emit_as(&self, event: TaskEvent, origin: Origin) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
         let live = match &mut *mode {
@@ -134,59 +150,72 @@ impl RunSink {
             SinkMode::Replied => return Err(SinkError::AlreadyReplied),
             SinkMode::Done => return Err(SinkError::RunEnded),
         };
-        let shared = &self.inner.shared;
-        // An agent's event is accepted in order and committed in the
-        // background (batched with its neighbours); the agent waits for the
-        // commit only when the task's backlog is full, or for the server's
-        // own events.
-        let submitted = match live.lock_loaded(shared).await {
-            Ok(mut state) => {
-                let backlogged = LiveTask::backlogged(&state);
-                live.submit_locked(shared, &mut state, event, origin)
-                    .map(|commit| {
-                        // The answer owed to the creating request stays in
-                        // the sink until an event carrying it is accepted
-                        // (so an emit dropped while it waited for the lock
-                        // loses nothing); the new task exists once this
-                        // write commits, and only then is the client
-                        // answered.
-                        let answer = match &mut *mode {
-                            SinkMode::Live { answer, .. } => answer.take(),
-                            _ => None,
-                        };
-                        let creates = answer.is_some();
-                        if let Some(answer) = answer {
-                            LiveTask::answer_on_commit_locked(&mut state, answer);
-                        }
-                        (commit, backlogged, creates)
-                    })
-                    .map_err(|f| sink_error(&self.inner.key.id, f))
-            }
-            Err(A2aError::TaskNotFound { task_id }) => {
-                Err(SinkError::Store(StoreError::NotFound(task_id)))
-            }
-            Err(other) => Err(SinkError::Store(StoreError::Internal(other.to_string()))),
-        };
         // On an error the answer is still owed, and still in the sink: a
         // later event (at worst the FAILED that ends the run) carries it.
-        let (commit, backlogged, creates) = submitted?;
+        let submitted = self.submit(&live, &mut mode, event, origin).await?;
         drop(mode);
-        if creates {
-            if origin == Origin::Server {
-                return match commit.wait().await {
-                    Ok(()) => Ok(()),
-                    Err(StoreError::DuplicateMessage { task_id }) => {
-                        Err(SinkError::Duplicate { task_id })
-                    }
-                    Err(e) => Err(SinkError::Store(e)),
-                };
+        match submitted {
+            Submitted {
+                commit,
+                creates: true,
+                ..
+            } if origin == Origin::Server => match commit.wait().await {
+                Ok(()) => Ok(()),
+                Err(StoreError::DuplicateMessage { task_id }) => {
+                    Err(SinkError::Duplicate { task_id })
+                }
+                Err(e) => Err(SinkError::Store(e)),
+            },
+            Submitted { creates: true, .. } => Ok(()),
+            Submitted {
+                commit, backlogged, ..
+            } => {
+                if backlogged || origin == Origin::Server {
+                    commit.wait().await?;
+                }
+                Ok(())
             }
-            return Ok(());
         }
-        if backlogged || origin == Origin::Server {
-            commit.wait().await?;
+    }
+
+    /// Accepts `event` into the task's pending writes, with the answer
+    /// owed to the creating request if the sink still holds it. The answer
+    /// stays in the sink until an event carrying it is accepted (so an
+    /// emit dropped while it waited for the lock loses nothing); the new
+    /// task exists once that write commits, and only then is the client
+    /// answered.
+    async fn submit(
+        &self,
+        live: &Arc<LiveTask>,
+        mode: &mut SinkMode,
+        event: TaskEvent,
+        origin: Origin,
+    ) -> Result<Submitted, SinkError> {
+        let shared = &self.inner.shared;
+        let mut state = match live.lock_loaded(shared).await {
+            Ok(state) => state,
+            Err(A2aError::TaskNotFound { task_id }) => {
+                return Err(SinkError::Store(StoreError::NotFound(task_id)));
+            }
+            Err(other) => return Err(SinkError::Store(StoreError::Internal(other.to_string()))),
+        };
+        let backlogged = LiveTask::backlogged(&state);
+        let commit = live
+            .submit_locked(shared, &mut state, event, origin)
+            .map_err(|f| sink_error(&self.inner.key.id, f))?;
+        let answer = match mode {
+            SinkMode::Live { answer, .. } => answer.take(),
+            _ => None,
+        };
+        let creates = answer.is_some();
+        if let Some(answer) = answer {
+            LiveTask::answer_on_commit_locked(&mut state, answer);
         }
-        Ok(())
+        Ok(Submitted {
+            commit,
+            backlogged,
+            creates,
+        })
     }
 
     /// Pending -> Live: installs the new task (SUBMITTED) without writing
@@ -276,16 +305,13 @@ impl RunSink {
     /// task is left stuck; once everything the agent emitted is committed,
     /// waiters are told the run is over.
     pub(crate) async fn finish(&self, failure: Option<String>) {
-        let (live, pending) = match &*self.inner.mode.lock().await {
+        let (live, no_event) = match &*self.inner.mode.lock().await {
             SinkMode::Live { live, .. } => (Some(live.clone()), false),
             SinkMode::Pending { .. } => (None, true),
             _ => (None, false),
         };
-        let shared = &self.inner.shared;
-        // What the task's state calls for, and a barrier on the agent's
-        // events (all committed before waiters hear the run is over).
         let (reason, flushed) = match &live {
-            None if pending => (
+            None if no_event => (
                 Some(
                     failure
                         .clone()
@@ -294,72 +320,93 @@ impl RunSink {
                 None,
             ),
             None => (None, None),
-            Some(live) => match live.lock_loaded(shared).await {
-                Ok(mut state) => {
-                    let current = state.as_ref().expect("loaded").record.state();
-                    let flushed = LiveTask::barrier_locked(&mut state);
-                    let reason = match (&failure, current) {
-                        (_, s) if s.is_terminal() => None,
-                        (Some(f), _) => Some(f.clone()),
-                        (None, s) if s.is_active() && shared.shutdown.is_cancelled() => {
-                            Some(format!(
-                                "the server shut down while the task was {}",
-                                s.as_str_name()
-                            ))
-                        }
-                        (None, s) if s.is_active() => Some(format!(
-                            "the agent stopped while the task was {}",
-                            s.as_str_name()
-                        )),
-                        (None, _) => None,
-                    };
-                    (reason, Some(flushed))
-                }
-                Err(_) => (None, None),
-            },
+            Some(live) => self.what_the_end_calls_for(live, &failure).await,
         };
         match reason {
-            Some(reason) => {
-                // The agent never answered, failed, or left its task active:
-                // FAILED, so no task is left stuck (and a creating request
-                // still gets its task).
-                let event = server_status(TaskState::Failed, reason.clone());
-                if let Err(e) = self.emit_as(event, Origin::Server).await {
-                    tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task; retrying until the store takes it");
-                    if let Some(live) = &live {
-                        live.clone().fail_until_stored(
-                            shared.clone(),
-                            format!("{reason}; a store write failed: {e}"),
-                        );
-                    }
-                }
-            }
+            // The agent never answered, failed, or left its task active.
+            Some(reason) => self.fail_at_end(live.as_ref(), reason).await,
             None => {
-                if let Some(flushed) = flushed
-                    && let Err(e) = flushed.wait().await
-                    && let Some(live) = &live
-                {
-                    // The agent's last events were dropped (streams and
-                    // waiters were told): the task is back where the store
-                    // has it, which may be active with no run left to move
-                    // it on. It is failed, naming the store's error, once
-                    // the store takes writes.
-                    let active = live.lock_loaded(shared).await.is_ok_and(|state| {
-                        state.as_ref().expect("loaded").record.state().is_active()
-                    });
-                    if active {
-                        live.clone().fail_until_stored(
-                            shared.clone(),
-                            format!("the agent's last changes could not be stored: {e}"),
-                        );
-                    }
+                if let (Some(flushed), Some(live)) = (flushed, &live) {
+                    self.settle_last_events(live, flushed).await;
                 }
             }
         }
+        self.close_run().await;
+    }
+
+    /// Why the run's task must fail at the end of the run, if it must, and
+    /// a barrier on the agent's events (all committed before waiters hear
+    /// the run is over).
+    async fn what_the_end_calls_for(
+        &self,
+        live: &Arc<LiveTask>,
+        failure: &Option<String>,
+    ) -> (Option<String>, Option<super::live::Commit>) {
+        let shared = &self.inner.shared;
+        let Ok(mut state) = live.lock_loaded(shared).await else {
+            return (None, None);
+        };
+        let current = state.as_ref().expect("loaded").record.state();
+        let flushed = LiveTask::barrier_locked(&mut state);
+        let reason = match (failure, current) {
+            (_, s) if s.is_terminal() => None,
+            (Some(f), _) => Some(f.clone()),
+            (None, s) if s.is_active() && shared.shutdown.is_cancelled() => Some(format!(
+                "the server shut down while the task was {}",
+                s.as_str_name()
+            )),
+            (None, s) if s.is_active() => Some(format!(
+                "the agent stopped while the task was {}",
+                s.as_str_name()
+            )),
+            (None, _) => None,
+        };
+        (reason, Some(flushed))
+    }
+
+    /// FAILED with `reason`, so no task is left stuck (and a creating
+    /// request still gets its task); retried until the store takes it.
+    async fn fail_at_end(&self, live: Option<&Arc<LiveTask>>, reason: String) {
+        let event = server_status(TaskState::Failed, reason.clone());
+        if let Err(e) = self.emit_as(event, Origin::Server).await {
+            tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task; retrying until the store takes it");
+            if let Some(live) = live {
+                live.clone().fail_until_stored(
+                    self.inner.shared.clone(),
+                    format!("{reason}; a store write failed: {e}"),
+                );
+            }
+        }
+    }
+
+    /// Waits for the agent's last events to commit. If they were dropped
+    /// (streams and waiters were told), the task is back where the store
+    /// has it, which may be active with no run left to move it on: it is
+    /// failed, naming the store's error, once the store takes writes.
+    async fn settle_last_events(&self, live: &Arc<LiveTask>, flushed: super::live::Commit) {
+        let Err(e) = flushed.wait().await else {
+            return;
+        };
+        let shared = &self.inner.shared;
+        let active = live
+            .lock_loaded(shared)
+            .await
+            .is_ok_and(|state| state.as_ref().expect("loaded").record.state().is_active());
+        if active {
+            live.clone().fail_until_stored(
+                shared.clone(),
+                format!("the agent's last changes could not be stored: {e}"),
+            );
+        }
+    }
+
+    /// The run is over: the next queued run may start, and a request still
+    /// owed an answer (the agent emitted nothing) gets an error.
+    async fn close_run(&self) {
         let mut mode = self.inner.mode.lock().await;
         if let SinkMode::Live { live, .. } = &*mode {
             // Admits the next queued run, if any.
-            live.finish_run(shared).await;
+            live.finish_run(&self.inner.shared).await;
         }
         if let SinkMode::Pending { reply, .. } = &mut *mode
             && let Some(reply) = reply.take()

@@ -597,133 +597,155 @@ fn apply(
     write: &Write,
     origins: &mut Origins,
 ) -> Result<Outcome, Failure> {
-    let id_taken = |row: &Row| -> rusqlite::Result<bool> {
-        Ok(db
-            .prepare_cached("SELECT 1 FROM tasks WHERE tenant = ? AND id = ?")?
-            .query_row(params![row.tenant, row.id], |_| Ok(()))
-            .optional()?
-            .is_some())
-    };
     match write {
-        Write::Create(row) => {
-            let has_origin = !row.origin_message_id.is_empty();
-            if has_origin
-                && let Some(existing) = origins.find(db, &row.tenant, &row.origin_message_id)?
-            {
-                // A taken id is reported first, as the insert would.
-                return Ok(if id_taken(row)? {
-                    Outcome::IdTaken
-                } else {
-                    Outcome::OriginTaken(existing)
-                });
-            }
-            let inserted = db
-                .prepare_cached(
-                    "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
-                     status_nanos, origin_message_id, version, record) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
-                )?
-                .execute(params![
-                    row.tenant,
-                    row.id,
-                    row.context_id,
-                    row.state,
-                    row.status.0,
-                    row.status.1,
-                    row.origin_message_id,
-                    &row.record[..],
-                ]);
-            match inserted {
-                Ok(_) => {}
-                Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
-                    // SQLite undid only this statement: the id is taken, or
-                    // another constraint (a trigger) refused the row.
-                    return if id_taken(row)? {
-                        Ok(Outcome::IdTaken)
-                    } else {
-                        Err(Failure::Refused(e))
-                    };
-                }
-                Err(e) => return Err(Failure::Abort(e)),
-            }
-            if has_origin {
-                // The task row is in; without its log entry the batch must
-                // not commit, whatever refused it.
-                origins.append(db, row).map_err(Failure::Abort)?;
-            }
-            Ok(Outcome::Created)
-        }
+        Write::Create(row) => create(db, row, origins),
         Write::Update {
             row,
             expected_version,
-        } => {
-            let changed = db
-                .prepare_cached(
-                    "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
-                     status_nanos = ?, version = version + 1, record = ? \
-                     WHERE tenant = ? AND id = ? AND version = ?",
-                )?
-                .execute(params![
-                    row.context_id,
-                    row.state,
-                    row.status.0,
-                    row.status.1,
-                    &row.record[..],
-                    row.tenant,
-                    row.id,
-                    expected_version,
-                ])?;
-            if changed == 1 {
-                return Ok(Outcome::Updated(*expected_version as u64 + 1));
-            }
-            let current: Option<i64> = db
-                .prepare_cached("SELECT version FROM tasks WHERE tenant = ? AND id = ?")?
-                .query_row(params![row.tenant, row.id], |r| r.get(0))
-                .optional()?;
-            Ok(Outcome::Stale(current))
-        }
-        Write::Quarantine { tenant, id, reason } => {
-            let at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or(0);
-            db.prepare_cached(
-                "INSERT OR REPLACE INTO quarantine (tenant, id, record, reason, at) \
-                     SELECT tenant, id, record, ?, ? FROM tasks WHERE tenant = ? AND id = ?",
-            )?
-            .execute(params![reason, at, tenant, id])?;
-            db.prepare_cached("DELETE FROM tasks WHERE tenant = ? AND id = ?")?
-                .execute(params![tenant, id])?;
-            Ok(Outcome::Quarantined)
-        }
-        Write::Purge { before } => {
-            // The state list is made of the enum's own numbers, not input.
-            let purged = format!(
-                "state IN ({}) AND (status_seconds < ?1 \
-                 OR (status_seconds = ?1 AND status_nanos < ?2))",
-                state_list(StateClass::Terminal)
-            );
-            // A purged task's creating message may create a task again.
-            let mut deleted = [0; 2];
-            for (table, deleted) in ["origins", "origin_log"].into_iter().zip(&mut deleted) {
-                *deleted = db
-                    .prepare_cached(&format!(
-                        "DELETE FROM {table} WHERE (tenant, message_id) IN \
-                         (SELECT tenant, origin_message_id FROM tasks WHERE {purged} \
-                         AND origin_message_id <> x'')"
-                    ))?
-                    .execute(params![before.0, before.1])?;
-            }
-            let n = db
-                .prepare_cached(&format!("DELETE FROM tasks WHERE {purged}"))?
-                .execute(params![before.0, before.1])?;
-            origins.merged = origins.merged.saturating_sub(deleted[0]);
-            if deleted[1] > 0 {
-                // Within the transaction, so a create later in this batch
-                // sees the freed messages; a rollback reads the log back.
-                origins.reload(db).map_err(Failure::Abort)?;
-            }
-            Ok(Outcome::Purged(n as u64))
-        }
+        } => update(db, row, *expected_version),
+        Write::Quarantine { tenant, id, reason } => quarantine(db, tenant, id, reason),
+        Write::Purge { before } => purge(db, *before, origins),
     }
+}
+
+/// Whether the row's (tenant, id) is taken.
+fn id_taken(db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<bool> {
+    Ok(db
+        .prepare_cached("SELECT 1 FROM tasks WHERE tenant = ? AND id = ?")?
+        .query_row(params![row.tenant, row.id], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Inserts a new task, unless its id is taken or its creating message
+/// already created one; logs the creating message with it.
+fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result<Outcome, Failure> {
+    let has_origin = !row.origin_message_id.is_empty();
+    if has_origin && let Some(existing) = origins.find(db, &row.tenant, &row.origin_message_id)? {
+        // A taken id is reported first, as the insert would.
+        return Ok(if id_taken(db, row)? {
+            Outcome::IdTaken
+        } else {
+            Outcome::OriginTaken(existing)
+        });
+    }
+    let inserted = db
+        .prepare_cached(
+            "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
+             status_nanos, origin_message_id, version, record) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
+        )?
+        .execute(params![
+            row.tenant,
+            row.id,
+            row.context_id,
+            row.state,
+            row.status.0,
+            row.status.1,
+            row.origin_message_id,
+            &row.record[..],
+        ]);
+    match inserted {
+        Ok(_) => {}
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+            // SQLite undid only this statement: the id is taken, or
+            // another constraint (a trigger) refused the row.
+            return if id_taken(db, row)? {
+                Ok(Outcome::IdTaken)
+            } else {
+                Err(Failure::Refused(e))
+            };
+        }
+        Err(e) => return Err(Failure::Abort(e)),
+    }
+    if has_origin {
+        // The task row is in; without its log entry the batch must not
+        // commit, whatever refused it.
+        origins.append(db, row).map_err(Failure::Abort)?;
+    }
+    Ok(Outcome::Created)
+}
+
+/// Replaces a task made from `expected_version` (optimistic concurrency).
+fn update(db: &rusqlite::Connection, row: &Row, expected_version: i64) -> Result<Outcome, Failure> {
+    let changed = db
+        .prepare_cached(
+            "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
+             status_nanos = ?, version = version + 1, record = ? \
+             WHERE tenant = ? AND id = ? AND version = ?",
+        )?
+        .execute(params![
+            row.context_id,
+            row.state,
+            row.status.0,
+            row.status.1,
+            &row.record[..],
+            row.tenant,
+            row.id,
+            expected_version,
+        ])?;
+    if changed == 1 {
+        return Ok(Outcome::Updated(expected_version as u64 + 1));
+    }
+    let current: Option<i64> = db
+        .prepare_cached("SELECT version FROM tasks WHERE tenant = ? AND id = ?")?
+        .query_row(params![row.tenant, row.id], |r| r.get(0))
+        .optional()?;
+    Ok(Outcome::Stale(current))
+}
+
+/// Moves a task's record into `quarantine`, with why.
+fn quarantine(
+    db: &rusqlite::Connection,
+    tenant: &[u8],
+    id: &[u8],
+    reason: &str,
+) -> Result<Outcome, Failure> {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    db.prepare_cached(
+        "INSERT OR REPLACE INTO quarantine (tenant, id, record, reason, at) \
+         SELECT tenant, id, record, ?, ? FROM tasks WHERE tenant = ? AND id = ?",
+    )?
+    .execute(params![reason, at, tenant, id])?;
+    db.prepare_cached("DELETE FROM tasks WHERE tenant = ? AND id = ?")?
+        .execute(params![tenant, id])?;
+    Ok(Outcome::Quarantined)
+}
+
+/// Deletes the terminal tasks whose status is older than `before`, with
+/// their creating messages (which may then create a task again).
+fn purge(
+    db: &rusqlite::Connection,
+    before: (i64, i32),
+    origins: &mut Origins,
+) -> Result<Outcome, Failure> {
+    // The state list is made of the enum's own numbers, not input.
+    let purged = format!(
+        "state IN ({}) AND (status_seconds < ?1 \
+         OR (status_seconds = ?1 AND status_nanos < ?2))",
+        state_list(StateClass::Terminal)
+    );
+    let mut deleted = [0; 2];
+    for (table, deleted) in ["origins", "origin_log"].into_iter().zip(&mut deleted) {
+        *deleted = db
+            .prepare_cached(&format!(
+                "DELETE FROM {table} WHERE (tenant, message_id) IN \
+                 (SELECT tenant, origin_message_id FROM tasks WHERE {purged} \
+                 AND origin_message_id <> x'')"
+            ))?
+            .execute(params![before.0, before.1])?;
+    }
+    let n = db
+        .prepare_cached(&format!("DELETE FROM tasks WHERE {purged}"))?
+        .execute(params![before.0, before.1])?;
+    origins.merged = origins.merged.saturating_sub(deleted[0]);
+    if deleted[1] > 0 {
+        // Within the transaction, so a create later in this batch sees the
+        // freed messages; a rollback reads the log back.
+        origins.reload(db).map_err(Failure::Abort)?;
+    }
+    Ok(Outcome::Purged(n as u64))
 }
