@@ -175,7 +175,7 @@ fn event_bytes(event: &TaskEvent) -> usize {
 /// An accepted event waiting for its commit.
 struct Pending {
     event: TaskEvent,
-    origin: Origin,
+    author: Author,
     /// The run current when it was accepted.
     run: u64,
     /// A follow-up message whose queued run waits for this commit.
@@ -304,19 +304,20 @@ impl Drop for LiveTask {
     }
 }
 
-fn policy(shared: &Shared, origin: Origin) -> TransitionPolicy {
-    match origin {
-        Origin::Agent => shared.config.policy,
-        Origin::Server => TransitionPolicy::Permissive,
+fn policy(shared: &Shared, author: Author) -> TransitionPolicy {
+    match author {
+        Author::Agent => shared.config.policy,
+        Author::Server => TransitionPolicy::Permissive,
     }
 }
 
-/// Who produced an event. The configured transition policy binds agents;
+/// Who produced an event (its author; "origin" is kept for the message
+/// that created a task). The configured transition policy binds agents;
 /// the server's own safety transitions (CANCELED on CancelTask, FAILED when
 /// an executor fails) are checked only by the permissive rules (nothing out
 /// of a terminal state), so a strict policy can never leave a task stuck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Origin {
+pub(crate) enum Author {
     Agent,
     Server,
 }
@@ -381,16 +382,16 @@ impl LiveTask {
         shared: &Arc<Shared>,
         guard: &mut StateGuard<'_>,
         event: TaskEvent,
-        origin: Origin,
+        author: Author,
     ) -> Result<Commit, ApplyFailure> {
         let loaded = guard.as_mut().expect("submit on a loaded task");
-        if origin == Origin::Agent
+        if author == Author::Agent
             && let Some(e) = loaded.failure.take()
         {
             return Err(ApplyFailure::Store(e));
         }
         let added = event_bytes(&event);
-        if origin == Origin::Agent || matches!(event, TaskEvent::UserMessage(_)) {
+        if author == Author::Agent || matches!(event, TaskEvent::UserMessage(_)) {
             let exact = || {
                 use prost::Message as _;
                 loaded.record.task.encoded_len()
@@ -409,7 +410,7 @@ impl LiveTask {
         }
         let out = loaded
             .record
-            .apply(event.clone(), now(), policy(shared, origin))?;
+            .apply(event.clone(), now(), policy(shared, author))?;
         loaded.bytes += added;
         let (tx, rx) = oneshot::channel();
         // Read without the runs lock: set only under this task's lock
@@ -417,7 +418,7 @@ impl LiveTask {
         let run = self.current_run.load(std::sync::atomic::Ordering::Relaxed);
         loaded.pending.push(Pending {
             event,
-            origin,
+            author,
             run,
             follow_up: None,
             out,
@@ -437,9 +438,9 @@ impl LiveTask {
         shared: &Arc<Shared>,
         mut guard: StateGuard<'_>,
         event: TaskEvent,
-        origin: Origin,
+        author: Author,
     ) -> Result<(), ApplyFailure> {
-        let commit = self.submit_locked(shared, &mut guard, event, origin)?;
+        let commit = self.submit_locked(shared, &mut guard, event, author)?;
         drop(guard);
         Ok(commit.wait().await?)
     }
@@ -642,7 +643,7 @@ impl LiveTask {
         let mut outs = Vec::with_capacity(loaded.pending.len());
         for p in &loaded.pending {
             let out = record
-                .apply(p.event.clone(), now(), policy(shared, p.origin))
+                .apply(p.event.clone(), now(), policy(shared, p.author))
                 .map_err(|e| StoreError::Conflict {
                     id: format!("{} ({e})", self.key.id),
                     expected: loaded.version,
@@ -666,7 +667,7 @@ impl LiveTask {
     fn drop_pending(self: &Arc<Self>, shared: &Arc<Shared>, loaded: &mut Loaded, e: StoreError) {
         // Only an agent that lost events must hear of it; a client whose
         // message was dropped is told by its own request.
-        let agent_lost = loaded.pending.iter().any(|p| p.origin == Origin::Agent);
+        let agent_lost = loaded.pending.iter().any(|p| p.author == Author::Agent);
         for p in loaded.pending.drain(..) {
             for n in p.notify {
                 let _ = n.send(Err(e.clone()));
@@ -919,7 +920,7 @@ impl LiveTask {
             return Ok(false);
         }
         let event = super::server_status(TaskState::Failed, message);
-        self.apply(shared, state, event, Origin::Server).await?;
+        self.apply(shared, state, event, Author::Server).await?;
         Ok(true)
     }
 

@@ -84,7 +84,7 @@ use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Task, TaskState};
 use crate::store::{ListQuery, StoreError, TaskPage, TaskStore};
-use live::{LiveTask, MAX_QUEUED_MESSAGES, Origin, Progress, RunRequest};
+use live::{Author, LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
 
 /// How many events a subscriber may fall behind before it is resynchronised
 /// with a fresh Task snapshot (see [`stream`]). A slow subscriber never
@@ -501,7 +501,7 @@ impl TaskManager {
             &self.shared,
             &mut state,
             TaskEvent::UserMessage(message.clone()),
-            Origin::Server,
+            Author::Server,
         )?;
         let run = live.queue_run_locked(&mut state, request);
         drop(state);
@@ -629,7 +629,7 @@ impl TaskManager {
             TaskState::Canceled,
             "Task canceled at the client's request.",
         );
-        live.apply(&self.shared, state, event, Origin::Server)
+        live.apply(&self.shared, state, event, Author::Server)
             .await?;
         let task = live.view(&self.shared, HistoryLength::All, true).await?;
         if let Some(agent) = self.shared.agents.route(tenant) {

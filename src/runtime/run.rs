@@ -56,7 +56,7 @@ pub(super) async fn start_new(
         accepted_output_modes,
         cancelled: shared.shutdown.child_token(),
     };
-    let mode = SinkMode::Pending {
+    let mode = SinkMode::BeforeFirstEvent {
         message: Box::new(message),
         history,
         subscribe,

@@ -1,7 +1,7 @@
 //! The run's side of the [`EventSink`] (`RunSink`): how an executor's
 //! events reach the task.
 //!
-//! For a new message the sink starts `Pending`: the first event decides
+//! For a new message the sink starts `BeforeFirstEvent`: the first event decides
 //! between a direct reply (no task) and a task, which is then created in
 //! SUBMITTED, committed, handed to the waiting request together with its
 //! subscription, and only then changed by the event. After that every event
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 use super::answer::{NewTaskAnswer, Reply};
-use super::live::{ApplyFailure, LiveTask, Loaded, Origin};
+use super::live::{ApplyFailure, Author, LiveTask, Loaded};
 use super::{SendOutcome, Shared, TaskKey, server_status};
 use crate::agent::sink::SinkTarget;
 use crate::agent::{EventSink, SinkError};
@@ -46,8 +46,8 @@ fn sink_error(task_id: &str, failure: ApplyFailure) -> SinkError {
 }
 
 pub(crate) enum SinkMode {
-    /// No event yet for a new message.
-    Pending {
+    /// No event yet: a new message, waiting for what its run does first.
+    BeforeFirstEvent {
         message: Box<Message>,
         history: HistoryLength,
         subscribe: bool,
@@ -95,7 +95,7 @@ impl SinkTarget for RunSink {
     }
 
     async fn emit(&self, event: TaskEvent) -> Result<(), SinkError> {
-        self.emit_as(event, Origin::Agent).await
+        self.emit_as(event, Author::Agent).await
     }
 
     async fn reply(&self, message: Message) -> Result<(), SinkError> {
@@ -118,7 +118,7 @@ impl RunSink {
     async fn reply_directly(&self, mut message: Message) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
         match &mut *mode {
-            SinkMode::Pending { reply, .. } => {
+            SinkMode::BeforeFirstEvent { reply, .. } => {
                 message.role = Role::Agent as i32;
                 if message.message_id.is_empty() {
                     message.message_id = uuid::Uuid::new_v4().to_string();
@@ -142,24 +142,24 @@ impl RunSink {
     /// events, and when the task's backlog is full. An agent's event is
     /// otherwise accepted in order and committed in the background,
     /// batched with its neighbours.
-    async fn emit_as(&self, event: TaskEvent, origin: Origin) -> Result<(), SinkError> {
+    async fn emit_as(&self, event: TaskEvent, author: Author) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
         let live = match &mut *mode {
-            SinkMode::Pending { .. } => self.create_task(&mut mode).await,
+            SinkMode::BeforeFirstEvent { .. } => self.create_task(&mut mode).await,
             SinkMode::Live { live, .. } => live.clone(),
             SinkMode::Replied => return Err(SinkError::AlreadyReplied),
             SinkMode::Done => return Err(SinkError::RunEnded),
         };
         // On an error the answer is still owed, and still in the sink: a
         // later event (at worst the FAILED that ends the run) carries it.
-        let submitted = self.submit(&live, &mut mode, event, origin).await?;
+        let submitted = self.submit(&live, &mut mode, event, author).await?;
         drop(mode);
         match submitted {
             Submitted {
                 commit,
                 creates: true,
                 ..
-            } if origin == Origin::Server => match commit.wait().await {
+            } if author == Author::Server => match commit.wait().await {
                 Ok(()) => Ok(()),
                 Err(StoreError::DuplicateMessage { task_id }) => {
                     Err(SinkError::Duplicate { task_id })
@@ -170,7 +170,7 @@ impl RunSink {
             Submitted {
                 commit, backlogged, ..
             } => {
-                if backlogged || origin == Origin::Server {
+                if backlogged || author == Author::Server {
                     commit.wait().await?;
                 }
                 Ok(())
@@ -189,7 +189,7 @@ impl RunSink {
         live: &Arc<LiveTask>,
         mode: &mut SinkMode,
         event: TaskEvent,
-        origin: Origin,
+        author: Author,
     ) -> Result<Submitted, SinkError> {
         let shared = &self.inner.shared;
         let mut state = match live.lock_loaded(shared).await {
@@ -201,7 +201,7 @@ impl RunSink {
         };
         let backlogged = LiveTask::backlogged(&state);
         let commit = live
-            .submit_locked(shared, &mut state, event, origin)
+            .submit_locked(shared, &mut state, event, author)
             .map_err(|f| sink_error(&self.inner.key.id, f))?;
         let answer = match mode {
             SinkMode::Live { answer, .. } => answer.take(),
@@ -218,19 +218,19 @@ impl RunSink {
         })
     }
 
-    /// Pending -> Live: installs the new task (SUBMITTED) without writing
+    /// BeforeFirstEvent -> Live: installs the new task (SUBMITTED) without writing
     /// it. Its first flush creates it in the store together with the
     /// agent's first events; the request is answered after that commit,
     /// with a snapshot and subscription taken before any event applied.
     async fn create_task(&self, mode: &mut SinkMode) -> Arc<LiveTask> {
-        let SinkMode::Pending {
+        let SinkMode::BeforeFirstEvent {
             message,
             history,
             subscribe,
             reply,
         } = std::mem::replace(mode, SinkMode::Done)
         else {
-            unreachable!("create_task on a pending sink")
+            unreachable!("create_task before the first event only")
         };
         let shared = &self.inner.shared;
         let key = &self.inner.key;
@@ -267,9 +267,9 @@ impl RunSink {
         let event = server_status(TaskState::Failed, reason.clone());
         let mode = self.inner.mode.lock().await;
         let failed = match &*mode {
-            SinkMode::Pending { .. } => {
+            SinkMode::BeforeFirstEvent { .. } => {
                 drop(mode);
-                self.emit_as(event, Origin::Server).await.is_ok()
+                self.emit_as(event, Author::Server).await.is_ok()
             }
             SinkMode::Live { live, .. } => {
                 let live = live.clone();
@@ -280,7 +280,7 @@ impl RunSink {
                     Err(_) => false,
                 };
                 active
-                    && match self.emit_as(event, Origin::Server).await {
+                    && match self.emit_as(event, Author::Server).await {
                         Ok(()) => true,
                         Err(e) => {
                             // The timeout still applies when the store
@@ -307,7 +307,7 @@ impl RunSink {
     pub(crate) async fn finish(&self, failure: Option<String>) {
         let (live, no_event) = match &*self.inner.mode.lock().await {
             SinkMode::Live { live, .. } => (Some(live.clone()), false),
-            SinkMode::Pending { .. } => (None, true),
+            SinkMode::BeforeFirstEvent { .. } => (None, true),
             _ => (None, false),
         };
         let (reason, flushed) = match &live {
@@ -368,7 +368,7 @@ impl RunSink {
     /// request still gets its task); retried until the store takes it.
     async fn fail_at_end(&self, live: Option<&Arc<LiveTask>>, reason: String) {
         let event = server_status(TaskState::Failed, reason.clone());
-        if let Err(e) = self.emit_as(event, Origin::Server).await {
+        if let Err(e) = self.emit_as(event, Author::Server).await {
             tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task; retrying until the store takes it");
             if let Some(live) = live {
                 live.clone().fail_until_stored(
@@ -408,7 +408,7 @@ impl RunSink {
             // Admits the next queued run, if any.
             live.finish_run(&self.inner.shared).await;
         }
-        if let SinkMode::Pending { reply, .. } = &mut *mode
+        if let SinkMode::BeforeFirstEvent { reply, .. } = &mut *mode
             && let Some(reply) = reply.take()
         {
             reply.send(Err(A2aError::Internal(
