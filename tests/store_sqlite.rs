@@ -14,6 +14,15 @@ fn scratch_db() -> std::path::PathBuf {
         .join(format!("{}.db", uuid::Uuid::new_v4()))
 }
 
+/// Drops the store and waits until its writer has released the database.
+async fn close(store: SqliteStore) {
+    let stopped = store.stopped();
+    drop(store);
+    tokio::time::timeout(std::time::Duration::from_secs(10), stopped)
+        .await
+        .expect("store stopped");
+}
+
 store_conformance::store_conformance_tests!(|| async {
     let store = SqliteStore::open(scratch_db()).await.unwrap();
     Arc::new(store) as Arc<dyn TaskStore>
@@ -122,9 +131,7 @@ mod origin_log {
         );
 
         // After a restart the log is read back.
-        let stopped = store.stopped();
-        drop(store);
-        stopped.await;
+        super::close(store).await;
         let store = SqliteStore::open(&path).await.unwrap();
         for i in [0, n - 1] {
             assert_duplicate(&store, i).await;
@@ -282,11 +289,7 @@ mod migrations {
         let store = SqliteStore::open(&path).await.unwrap();
         let record = super::origin_log::record("kept", "m-kept");
         store.create("", &record).await.unwrap();
-        let stopped = store.stopped();
-        drop(store);
-        tokio::time::timeout(std::time::Duration::from_secs(10), stopped)
-            .await
-            .expect("store stopped");
+        super::close(store).await;
 
         // What an sqlx-era server left at migration 3: no quarantine
         // table, no user_version, sqlx's own record of 1 to 3.
@@ -312,11 +315,7 @@ mod migrations {
         let store = SqliteStore::open(&path).await.expect("opens");
         let kept = store.get("", "kept").await.unwrap().expect("task kept");
         assert_eq!(kept.record.task.id, "kept");
-        let stopped = store.stopped();
-        drop(store);
-        tokio::time::timeout(std::time::Duration::from_secs(10), stopped)
-            .await
-            .expect("store stopped");
+        super::close(store).await;
         let side = rusqlite::Connection::open(&path).unwrap();
         let version: i64 = side
             .query_row("PRAGMA user_version", [], |r| r.get(0))
