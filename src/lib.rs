@@ -7,6 +7,7 @@
 //! task's subscribers.
 
 pub mod agent;
+pub mod auth;
 pub mod connections;
 pub mod content;
 pub mod discovery;

@@ -1,0 +1,390 @@
+//! Who is calling: the principals of `--auth FILE`, and turning a request's
+//! `authorization: Bearer ...` into one of them (spec §13.1: every
+//! operation is authorized; §13.3: the extended card needs authentication).
+//!
+//! The file (TOML) lists API-key principals and, optionally, a JWT issuer:
+//!
+//! ```toml
+//! [[principal]]
+//! name = "ci-bot"
+//! # SHA-256 of the API key, lowercase hex: the key itself is never stored
+//! api_key_sha256 = "4f8b42c22dd3729b519ba6f68d2da7cc5b2d606d05daed5ad5128cc03e6c6358"
+//! tenants = ["", "code-reviewer"]   # tenants it may use; "*" means all
+//! role = "user"                     # "user": its own tasks only; "admin": all tasks of its tenants
+//!
+//! [jwt]                             # optional: bearer JWTs from an identity provider
+//! issuer = "https://id.example.test"
+//! audience = "a2a-lifecycle"
+//! jwks_file = "jwks.json"           # local JSON Web Key Set (RS256, ES256); no network fetch
+//! tenants_claim = "tenants"         # array of tenant names, "*" for all
+//! admin_claim = "a2a_admin"         # boolean; true gives the admin role
+//! ```
+//!
+//! - A bearer credential with three dot-separated parts is a JWT: its
+//!   signature is checked against the key set (RS256 or ES256 only, so
+//!   `alg: none` and HMAC are refused), and its issuer, audience, expiry and
+//!   not-before. The principal is its `sub`.
+//! - Anything else is an API key: its SHA-256 is compared with every
+//!   principal's, each comparison in constant time, so the answer's timing
+//!   says nothing about how close a guess was.
+//! - This module knows nothing of gRPC: the service maps [`AuthError`] to
+//!   UNAUTHENTICATED and a tenant a principal may not use to
+//!   PERMISSION_DENIED.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// The longest `authorization` value looked at; longer is refused unread.
+pub const MAX_CREDENTIAL_BYTES: usize = 8 * 1024;
+/// Clock skew tolerated on a JWT's `exp` and `nbf`, in seconds.
+pub const JWT_LEEWAY_SECS: u64 = 30;
+
+/// What a principal may see of its tenants' tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Its own tasks only.
+    User,
+    /// Every task of its tenants.
+    Admin,
+}
+
+/// The tenants a principal may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tenants {
+    All,
+    Only(Vec<String>),
+}
+
+impl Tenants {
+    fn from_names(names: Vec<String>) -> Self {
+        if names.iter().any(|n| n == "*") {
+            Tenants::All
+        } else {
+            Tenants::Only(names)
+        }
+    }
+
+    pub fn allows(&self, tenant: &str) -> bool {
+        match self {
+            Tenants::All => true,
+            Tenants::Only(names) => names.iter().any(|n| n == tenant),
+        }
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The principal's `name`, the JWT's `sub`, or the client
+    /// certificate's name.
+    pub name: String,
+    pub tenants: Tenants,
+    pub role: Role,
+}
+
+impl Principal {
+    /// Whether this principal may address `tenant` at all.
+    pub fn may_use(&self, tenant: &str) -> bool {
+        self.tenants.allows(tenant)
+    }
+}
+
+/// Why a request is not authenticated. The text is safe to return and to
+/// log: it never holds the credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("no credentials: send `authorization: Bearer <API key or JWT>`")]
+    Missing,
+    #[error("the authorization value is not `Bearer <credential>`")]
+    Malformed,
+    #[error("unknown API key")]
+    UnknownKey,
+    #[error("the bearer token was refused: {0}")]
+    InvalidToken(String),
+}
+
+/// Why an auth file cannot be used; the server refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    principal: Vec<PrincipalEntry>,
+    jwt: Option<JwtEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrincipalEntry {
+    name: String,
+    api_key_sha256: String,
+    tenants: Vec<String>,
+    role: Role,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JwtEntry {
+    issuer: String,
+    audience: String,
+    jwks_file: PathBuf,
+    tenants_claim: String,
+    admin_claim: String,
+}
+
+struct KeyPrincipal {
+    digest: [u8; 32],
+    principal: Principal,
+}
+
+struct JwtIssuer {
+    validation: Validation,
+    /// By key id; a token names its key in the header's `kid`.
+    keys: HashMap<String, (Algorithm, DecodingKey)>,
+    tenants_claim: String,
+    admin_claim: String,
+}
+
+/// The principals of an auth file, ready to check credentials.
+pub struct Authenticator {
+    keys: Vec<KeyPrincipal>,
+    jwt: Option<JwtIssuer>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("api_key_principals", &self.keys.len())
+            .field("jwt", &self.jwt.is_some())
+            .finish()
+    }
+}
+
+impl Authenticator {
+    /// Reads an auth file; a relative `jwks_file` is relative to it.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path.parent().unwrap_or(Path::new("."))).map_err(|message| {
+            ConfigError::Invalid {
+                path: path.to_owned(),
+                message,
+            }
+        })
+    }
+
+    /// Parses an auth file's text; `dir` resolves a relative `jwks_file`.
+    pub fn parse(text: &str, dir: &Path) -> Result<Self, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut keys = Vec::with_capacity(file.principal.len());
+        for entry in file.principal {
+            let digest = parse_digest(&entry.api_key_sha256).ok_or_else(|| {
+                format!(
+                    "principal {:?}: api_key_sha256 must be 64 lowercase hex digits",
+                    entry.name
+                )
+            })?;
+            if keys.iter().any(|k: &KeyPrincipal| k.digest == digest) {
+                return Err(format!(
+                    "principal {:?}: another principal has the same API key",
+                    entry.name
+                ));
+            }
+            keys.push(KeyPrincipal {
+                digest,
+                principal: Principal {
+                    name: entry.name,
+                    tenants: Tenants::from_names(entry.tenants),
+                    role: entry.role,
+                },
+            });
+        }
+        let jwt = file.jwt.map(|jwt| JwtIssuer::load(jwt, dir)).transpose()?;
+        if keys.is_empty() && jwt.is_none() {
+            return Err("no principal and no [jwt]: nobody could authenticate".into());
+        }
+        Ok(Authenticator { keys, jwt })
+    }
+
+    /// The principal behind an `authorization` value.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
+        let value = authorization.ok_or(AuthError::Missing)?;
+        if value.len() > MAX_CREDENTIAL_BYTES {
+            return Err(AuthError::Malformed);
+        }
+        let credential = bearer(value).ok_or(AuthError::Malformed)?;
+        if credential.split('.').count() == 3 {
+            return match &self.jwt {
+                Some(issuer) => issuer.verify(credential),
+                None => Err(AuthError::InvalidToken(
+                    "this server accepts no JWTs (no [jwt] in its auth file)".into(),
+                )),
+            };
+        }
+        let digest: [u8; 32] = Sha256::digest(credential.as_bytes()).into();
+        // Every principal is compared, each in constant time: neither the
+        // position of a match nor a near miss shows in the timing.
+        let mut found = None;
+        for key in &self.keys {
+            if bool::from(key.digest.ct_eq(&digest)) {
+                found = Some(&key.principal);
+            }
+        }
+        found.cloned().ok_or(AuthError::UnknownKey)
+    }
+}
+
+/// The credential of `Bearer <credential>` (the scheme case-insensitive,
+/// RFC 6750 §2.1).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, credential) = value.trim().split_once(' ')?;
+    let credential = credential.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !credential.is_empty()).then_some(credential)
+}
+
+fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(digest)
+}
+
+impl JwtIssuer {
+    fn load(entry: JwtEntry, dir: &Path) -> Result<Self, String> {
+        let path = dir.join(&entry.jwks_file);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("[jwt] jwks_file {}: {e}", path.display()))?;
+        let set: JwkSet = serde_json::from_str(&text)
+            .map_err(|e| format!("[jwt] jwks_file {}: {e}", path.display()))?;
+        let mut keys = HashMap::new();
+        for jwk in &set.keys {
+            let kid = jwk
+                .common
+                .key_id
+                .clone()
+                .ok_or_else(|| format!("[jwt] {}: every key needs a kid", path.display()))?;
+            // The key's own type decides the one algorithm it verifies:
+            // a token cannot pick another (RS256 for RSA, ES256 for P-256).
+            let algorithm = match &jwk.algorithm {
+                jsonwebtoken::jwk::AlgorithmParameters::RSA(_) => Algorithm::RS256,
+                jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(ec)
+                    if ec.curve == jsonwebtoken::jwk::EllipticCurve::P256 =>
+                {
+                    Algorithm::ES256
+                }
+                _ => {
+                    return Err(format!(
+                        "[jwt] {}: key {kid:?} is neither RSA (RS256) nor P-256 (ES256)",
+                        path.display()
+                    ));
+                }
+            };
+            let key = DecodingKey::from_jwk(jwk)
+                .map_err(|e| format!("[jwt] {}: key {kid:?}: {e}", path.display()))?;
+            keys.insert(kid, (algorithm, key));
+        }
+        if keys.is_empty() {
+            return Err(format!("[jwt] {}: no keys", path.display()));
+        }
+        let mut validation = Validation::new(Algorithm::RS256);
+        validation.algorithms = vec![Algorithm::RS256, Algorithm::ES256];
+        validation.set_issuer(&[&entry.issuer]);
+        validation.set_audience(&[&entry.audience]);
+        validation.leeway = JWT_LEEWAY_SECS;
+        validation.validate_nbf = true;
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        Ok(JwtIssuer {
+            validation,
+            keys,
+            tenants_claim: entry.tenants_claim,
+            admin_claim: entry.admin_claim,
+        })
+    }
+
+    fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let refused = |why: String| AuthError::InvalidToken(why);
+        let header = jsonwebtoken::decode_header(token).map_err(|e| refused(e.to_string()))?;
+        let kid = header
+            .kid
+            .ok_or_else(|| refused("the token names no key (kid)".into()))?;
+        let (algorithm, key) = self
+            .keys
+            .get(&kid)
+            .ok_or_else(|| refused(format!("unknown key {kid:?}")))?;
+        if header.alg != *algorithm {
+            return Err(refused(format!(
+                "key {kid:?} verifies {algorithm:?}, not {:?}",
+                header.alg
+            )));
+        }
+        let mut validation = self.validation.clone();
+        validation.algorithms = vec![*algorithm];
+        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            key,
+            &validation,
+        )
+        .map_err(|e| refused(e.to_string()))?;
+        let claims = data.claims;
+        let name = claims
+            .get("sub")
+            .and_then(|s| s.as_str())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| refused("no sub".into()))?
+            .to_owned();
+        let tenants = match claims.get(&self.tenants_claim) {
+            Some(serde_json::Value::String(s)) if s == "*" => Tenants::All,
+            Some(serde_json::Value::Array(names)) => Tenants::from_names(
+                names
+                    .iter()
+                    .map(|n| n.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| refused(format!("{} must hold strings", self.tenants_claim)))?,
+            ),
+            _ => {
+                return Err(refused(format!(
+                    "claim {:?} must be an array of tenants or \"*\"",
+                    self.tenants_claim
+                )));
+            }
+        };
+        let role = match claims.get(&self.admin_claim) {
+            Some(serde_json::Value::Bool(true)) => Role::Admin,
+            None | Some(serde_json::Value::Bool(false)) => Role::User,
+            Some(_) => {
+                return Err(refused(format!(
+                    "claim {:?} must be a boolean",
+                    self.admin_claim
+                )));
+            }
+        };
+        Ok(Principal {
+            name,
+            tenants,
+            role,
+        })
+    }
+}
