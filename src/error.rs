@@ -79,6 +79,13 @@ pub enum A2aError {
     /// InvalidAgentResponseError: the agent broke the protocol.
     #[error("invalid agent response: {0}")]
     InvalidAgentResponse(String),
+    /// The request carries no credentials the server accepts (spec §13.1).
+    /// The text says why, never what the credential was.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The authenticated principal may not use this tenant.
+    #[error("{principal:?} may not use tenant {tenant:?}")]
+    PermissionDenied { principal: String, tenant: String },
     /// A temporary failure (store unreachable, server shutting down).
     #[error("{0}")]
     Unavailable(String),
@@ -127,6 +134,8 @@ impl A2aError {
             A2aError::ResourceExhausted { .. } => Code::ResourceExhausted,
             A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => Code::Internal,
             A2aError::Unavailable(_) => Code::Unavailable,
+            A2aError::Unauthenticated(_) => Code::Unauthenticated,
+            A2aError::PermissionDenied { .. } => Code::PermissionDenied,
         }
     }
 
@@ -145,6 +154,8 @@ impl A2aError {
             A2aError::ResourceExhausted { .. } => "RESOURCE_EXHAUSTED",
             A2aError::InvalidAgentResponse(_) => "INVALID_AGENT_RESPONSE",
             A2aError::Unavailable(_) => "UNAVAILABLE",
+            A2aError::Unauthenticated(_) => "UNAUTHENTICATED",
+            A2aError::PermissionDenied { .. } => "PERMISSION_DENIED",
             A2aError::Internal(_) => "INTERNAL",
         }
     }
@@ -180,6 +191,9 @@ impl A2aError {
             }
             A2aError::ResourceExhausted { limit, .. } => {
                 metadata.insert("limit".to_owned(), (*limit).to_owned());
+            }
+            A2aError::PermissionDenied { tenant, .. } => {
+                metadata.insert("tenant".to_owned(), tenant.clone());
             }
             A2aError::VersionNotSupported { requested } => {
                 metadata.insert("requested_version".to_owned(), requested.clone());

@@ -120,6 +120,14 @@ enum Command {
         /// file, served by GetExtendedAgentCard and declared on the card.
         #[arg(long)]
         extended_card: Option<std::path::PathBuf>,
+        /// Principals and JWT issuer (TOML; README, Security): every A2A
+        /// call must then authenticate with `authorization: Bearer ...`.
+        #[arg(long)]
+        auth: Option<std::path::PathBuf>,
+        /// Serve a non-loopback address without --auth (anyone who reaches
+        /// the port may read and change every task).
+        #[arg(long)]
+        insecure_open: bool,
         /// The agent serving requests without a tenant.
         #[arg(
             long,
@@ -241,9 +249,26 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             deployer_approval_delay,
             public_url,
             extended_card,
+            auth,
+            insecure_open,
             default_agent,
             connections,
         } => {
+            // Secure by default (spec §13.1): a server others can reach
+            // must know who calls it.
+            if auth.is_none() && !listen.ip().is_loopback() && !insecure_open {
+                return Err(format!(
+                    "refusing to serve {listen} without --auth: anyone who can reach it could \
+                     read, cancel and continue every task. Give --auth FILE (README, Security), \
+                     listen on a loopback address, or pass --insecure-open to serve it open."
+                )
+                .into());
+            }
+            let auth = auth
+                .map(|path| {
+                    a2a_lifecycle::auth::Authenticator::load(&path).map(std::sync::Arc::new)
+                })
+                .transpose()?;
             let extended_card = extended_card
                 .map(|path| DiscoveryConfig::read_extended_card(&path))
                 .transpose()?;
@@ -276,6 +301,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     extended_card,
                 },
                 connections: connections.limits(),
+                auth,
             };
             a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
             serve(listener, parts, shutdown_signal())

@@ -16,6 +16,7 @@ use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 
 use crate::agent::AgentRouter;
+use crate::auth::Authenticator;
 use crate::connections::{self, ConnectionLimits};
 use crate::discovery::{Cards, DiscoveryConfig};
 use crate::proto::FILE_DESCRIPTOR_SET;
@@ -34,6 +35,9 @@ pub struct ServerParts {
     pub runtime: RuntimeConfig,
     pub discovery: DiscoveryConfig,
     pub connections: ConnectionLimits,
+    /// `--auth`: every A2A call must authenticate; `None` serves anyone
+    /// who can reach the port.
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 /// Serves on `listener` until `shutdown` completes. First fails the tasks a
@@ -51,11 +55,12 @@ pub async fn serve(
             "failed tasks left active by a previous run of the server"
         );
     }
-    serve_manager_limited(
+    serve_manager_secured(
         listener,
         manager,
         parts.discovery,
         parts.connections,
+        parts.auth,
         shutdown,
     )
     .await
@@ -102,6 +107,21 @@ pub async fn serve_manager_limited(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    serve_manager_secured(listener, manager, discovery, limits, None, shutdown).await
+}
+
+/// [`serve_manager_limited`], with every A2A call authenticated by `auth`
+/// when given ([`crate::auth`]). Agent cards and the health service stay
+/// public; GetExtendedAgentCard, like every A2A call, needs credentials
+/// (spec §13.3).
+pub async fn serve_manager_secured(
+    listener: TcpListener,
+    manager: TaskManager,
+    discovery: DiscoveryConfig,
+    limits: ConnectionLimits,
+    auth: Option<Arc<Authenticator>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let cards = Arc::new(Cards::build(
         manager.agents(),
         &discovery,
@@ -123,7 +143,7 @@ pub async fn serve_manager_limited(
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
-    let a2a = A2aServiceServer::new(A2aGrpc::new(manager.clone(), cards.clone()))
+    let a2a = A2aServiceServer::new(A2aGrpc::new(manager.clone(), cards.clone()).with_auth(auth))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 

@@ -22,7 +22,9 @@ use std::sync::Arc;
 use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{Authenticator, Principal};
 use crate::discovery::Cards;
+use crate::error::A2aError;
 use crate::proto::a2a_service_server::A2aService;
 use crate::proto::{
     AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
@@ -41,16 +43,67 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamResponse, Status>>
 pub struct A2aGrpc {
     manager: TaskManager,
     cards: Arc<Cards>,
+    /// `--auth`: who may call, and which tenants each may use. `None`
+    /// serves everyone (loopback only, unless the operator opens it).
+    auth: Option<Arc<Authenticator>>,
 }
 
 impl A2aGrpc {
     pub fn new(manager: TaskManager, cards: Arc<Cards>) -> Self {
-        A2aGrpc { manager, cards }
+        A2aGrpc {
+            manager,
+            cards,
+            auth: None,
+        }
     }
 
-    /// Version, extensions and capability rules (see [`Cards::check`]),
-    /// before anything else about the request.
+    /// Requires every request to authenticate with `auth`.
+    pub fn with_auth(mut self, auth: Option<Arc<Authenticator>>) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// Who is calling, before anything else about the request is looked
+    /// at, so an unauthenticated caller learns nothing (spec §13.1): not
+    /// which tenants exist, not whether a task does. A tenant the principal
+    /// may not use is PERMISSION_DENIED whether or not it is served.
+    /// Failures are logged with the peer and the reason, never the
+    /// credential.
+    fn authenticate<T>(
+        &self,
+        request: &Request<T>,
+        tenant: &str,
+    ) -> Result<Option<Principal>, Status> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        // A value that is not visible ASCII is no credential.
+        let value = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.to_str().unwrap_or(""));
+        match auth.authenticate(value) {
+            Ok(principal) if principal.may_use(tenant) => Ok(Some(principal)),
+            Ok(principal) => {
+                tracing::warn!(peer = ?request.remote_addr(), principal = %principal.name, tenant, "tenant not permitted");
+                Err(A2aError::PermissionDenied {
+                    principal: principal.name,
+                    tenant: tenant.to_owned(),
+                }
+                .into())
+            }
+            Err(e) => {
+                tracing::warn!(peer = ?request.remote_addr(), reason = %e, "authentication failed");
+                Err(A2aError::Unauthenticated(e.to_string()).into())
+            }
+        }
+    }
+
+    /// The caller (see [`A2aGrpc::authenticate`]), then the version,
+    /// extensions and capability rules (see [`Cards::check`]), before
+    /// anything else about the request.
     fn check<T>(&self, request: &Request<T>, tenant: &str, streaming: bool) -> Result<(), Status> {
+        self.authenticate(request, tenant)?;
         Ok(self.cards.check(request.metadata(), tenant, streaming)?)
     }
 
@@ -62,6 +115,7 @@ impl A2aGrpc {
         streaming: bool,
     ) -> Result<(), Status> {
         let send = request.get_ref();
+        self.authenticate(request, &send.tenant)?;
         Ok(self.cards.check_send(
             request.metadata(),
             &send.tenant,

@@ -24,7 +24,6 @@ use a2a_lifecycle::proto::{
     TaskState, part::Content, send_message_response, stream_response::Payload,
 };
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
-use a2a_lifecycle::server::serve_manager_with;
 use a2a_lifecycle::store::{MemoryStore, TaskStore};
 
 pub type Client = A2aServiceClient<Channel>;
@@ -64,15 +63,45 @@ impl TestServer {
         config: RuntimeConfig,
         discovery: DiscoveryConfig,
     ) -> Self {
+        Self::start_secured(store, agents, config, discovery, None).await
+    }
+
+    /// The demo agents behind `--auth`.
+    #[allow(dead_code)]
+    pub async fn start_auth(auth: Arc<a2a_lifecycle::auth::Authenticator>) -> Self {
+        Self::start_secured(
+            Arc::new(MemoryStore::new()),
+            demo_router(),
+            RuntimeConfig::default(),
+            DiscoveryConfig::default(),
+            Some(auth),
+        )
+        .await
+    }
+
+    pub async fn start_secured(
+        store: Arc<dyn TaskStore>,
+        agents: AgentRouter,
+        config: RuntimeConfig,
+        discovery: DiscoveryConfig,
+        auth: Option<Arc<a2a_lifecycle::auth::Authenticator>>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let manager = TaskManager::new(store, agents, config);
         let (tx, rx) = oneshot::channel::<()>();
         let m = manager.clone();
         let handle = tokio::spawn(async move {
-            serve_manager_with(listener, m, discovery, async {
-                let _ = rx.await;
-            })
+            a2a_lifecycle::server::serve_manager_secured(
+                listener,
+                m,
+                discovery,
+                Default::default(),
+                auth,
+                async {
+                    let _ = rx.await;
+                },
+            )
             .await
             .expect("server failed");
         });

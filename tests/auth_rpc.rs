@@ -1,0 +1,298 @@
+//! Authentication on every RPC over real gRPC (issue "security"): no or
+//! bad credentials are UNAUTHENTICATED, a tenant the principal may not use
+//! is PERMISSION_DENIED whether or not it exists, and both are decided
+//! before anything about the request is looked at. Cards and health stay
+//! public; a server others can reach refuses to start without `--auth`.
+
+mod support;
+
+use std::sync::Arc;
+
+use a2a_lifecycle::auth::Authenticator;
+use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+use a2a_lifecycle::proto::*;
+use sha2::{Digest, Sha256};
+use tonic::Code;
+use tonic::transport::Channel;
+
+use support::{TestServer, assert_a2a_error, within};
+
+const BOT_KEY: &str = "bot-key-for-rpc-tests";
+const OPS_KEY: &str = "ops-key-for-rpc-tests";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn authenticator() -> Arc<Authenticator> {
+    let file = format!(
+        "[[principal]]\nname = \"bot\"\napi_key_sha256 = \"{}\"\ntenants = [\"\", \"code-reviewer\"]\nrole = \"user\"\n\n\
+         [[principal]]\nname = \"ops\"\napi_key_sha256 = \"{}\"\ntenants = [\"*\"]\nrole = \"admin\"\n",
+        hex(&Sha256::digest(BOT_KEY.as_bytes())),
+        hex(&Sha256::digest(OPS_KEY.as_bytes())),
+    );
+    Arc::new(Authenticator::parse(&file, std::path::Path::new(".")).unwrap())
+}
+
+/// Calls every A2A RPC on `tenant` with `key` (none when `None`) and
+/// returns each one's status code, by RPC name.
+async fn every_rpc(
+    channel: Channel,
+    tenant: &str,
+    key: Option<&str>,
+) -> Vec<(&'static str, Result<(), tonic::Status>)> {
+    let token = key.map(|k| {
+        format!("Bearer {k}")
+            .parse::<tonic::metadata::MetadataValue<_>>()
+            .unwrap()
+    });
+    let mut client =
+        A2aServiceClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            if let Some(token) = &token {
+                r.metadata_mut().insert("authorization", token.clone());
+            }
+            Ok(r)
+        });
+    let t = tenant.to_owned();
+    let send = || support::request(&t, support::user_message("run the tests"), true);
+    let ok = |r: Result<(), tonic::Status>| r;
+    vec![
+        (
+            "SendMessage",
+            ok(client.send_message(send()).await.map(|_| ())),
+        ),
+        (
+            "SendStreamingMessage",
+            ok(client.send_streaming_message(send()).await.map(|_| ())),
+        ),
+        (
+            "GetTask",
+            ok(client
+                .get_task(GetTaskRequest {
+                    tenant: t.clone(),
+                    id: "no-such-task".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "ListTasks",
+            ok(client
+                .list_tasks(ListTasksRequest {
+                    tenant: t.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "CancelTask",
+            ok(client
+                .cancel_task(CancelTaskRequest {
+                    tenant: t.clone(),
+                    id: "no-such-task".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "SubscribeToTask",
+            ok(client
+                .subscribe_to_task(SubscribeToTaskRequest {
+                    tenant: t.clone(),
+                    id: "no-such-task".into(),
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "CreateTaskPushNotificationConfig",
+            ok(client
+                .create_task_push_notification_config(TaskPushNotificationConfig {
+                    tenant: t.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "GetTaskPushNotificationConfig",
+            ok(client
+                .get_task_push_notification_config(GetTaskPushNotificationConfigRequest {
+                    tenant: t.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "ListTaskPushNotificationConfigs",
+            ok(client
+                .list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest {
+                    tenant: t.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "DeleteTaskPushNotificationConfig",
+            ok(client
+                .delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest {
+                    tenant: t.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())),
+        ),
+        (
+            "GetExtendedAgentCard",
+            ok(client
+                .get_extended_agent_card(GetExtendedAgentCardRequest { tenant: t.clone() })
+                .await
+                .map(|_| ())),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_valid_credentials_every_rpc_is_unauthenticated() {
+    let server = TestServer::start_auth(authenticator()).await;
+    for key in [None, Some("wrong-key"), Some("a.b.c")] {
+        for tenant in ["", "deployer", "no-such-tenant"] {
+            let results = within("calls", every_rpc(server.channel().await, tenant, key)).await;
+            assert_eq!(results.len(), 11);
+            for (rpc, result) in results {
+                let status = result.expect_err(rpc);
+                assert_a2a_error(&status, Code::Unauthenticated, "UNAUTHENTICATED");
+                // Nothing about the server leaks: no tenant names.
+                assert!(
+                    !status.message().contains("code-reviewer"),
+                    "{rpc}: {status:?}"
+                );
+            }
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_outside_the_principals_is_permission_denied_on_every_rpc() {
+    let server = TestServer::start_auth(authenticator()).await;
+    // Served or not, a tenant the bot may not use gets the same answer.
+    for tenant in ["deployer", "no-such-tenant"] {
+        let results = within(
+            "calls",
+            every_rpc(server.channel().await, tenant, Some(BOT_KEY)),
+        )
+        .await;
+        for (rpc, result) in results {
+            let status = result.expect_err(rpc);
+            assert_a2a_error(&status, Code::PermissionDenied, "PERMISSION_DENIED");
+            let info = tonic_types::StatusExt::get_details_error_info(&status).unwrap();
+            assert_eq!(
+                info.metadata.get("tenant").map(String::as_str),
+                Some(tenant)
+            );
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticated_principal_is_served_in_its_tenants() {
+    let server = TestServer::start_auth(authenticator()).await;
+    let results = within(
+        "calls",
+        every_rpc(server.channel().await, "", Some(BOT_KEY)),
+    )
+    .await;
+    let codes: Vec<(&str, Code)> = results
+        .iter()
+        .map(|(rpc, r)| {
+            (
+                *rpc,
+                r.as_ref().map(|_| Code::Ok).unwrap_or_else(|s| s.code()),
+            )
+        })
+        .collect();
+    // Past authentication, each RPC answers as without --auth.
+    assert_eq!(
+        codes,
+        [
+            ("SendMessage", Code::Ok),
+            ("SendStreamingMessage", Code::Ok),
+            ("GetTask", Code::NotFound),
+            ("ListTasks", Code::Ok),
+            ("CancelTask", Code::NotFound),
+            ("SubscribeToTask", Code::NotFound),
+            ("CreateTaskPushNotificationConfig", Code::FailedPrecondition),
+            ("GetTaskPushNotificationConfig", Code::FailedPrecondition),
+            ("ListTaskPushNotificationConfigs", Code::FailedPrecondition),
+            ("DeleteTaskPushNotificationConfig", Code::FailedPrecondition),
+            ("GetExtendedAgentCard", Code::FailedPrecondition),
+        ]
+    );
+    // An admin of every tenant is told an unknown tenant is unknown.
+    let results = within(
+        "calls",
+        every_rpc(server.channel().await, "no-such-tenant", Some(OPS_KEY)),
+    )
+    .await;
+    for (rpc, result) in results {
+        assert_eq!(
+            result.expect_err(rpc).code(),
+            Code::InvalidArgument,
+            "{rpc}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cards_and_health_stay_public() {
+    let server = TestServer::start_auth(authenticator()).await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    let serving = within(
+        "health",
+        health.check(tonic_health::pb::HealthCheckRequest::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(serving.into_inner().status, 1);
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    within("card", tcp.read_to_string(&mut response))
+        .await
+        .unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    server.stop().await;
+}
+
+/// `serve` on an address others can reach refuses to start without
+/// `--auth`, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_server_needs_auth_or_an_explicit_choice() {
+    let output = within(
+        "serve refuses",
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_a2a-lifecycle"))
+            .args(["serve", "--listen", "0.0.0.0:0", "--store", "memory"])
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--auth") && stderr.contains("--insecure-open"),
+        "{stderr}"
+    );
+}
