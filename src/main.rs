@@ -216,11 +216,45 @@ struct Target {
     /// deployer, conformance.
     #[arg(long, default_value = "")]
     tenant: String,
+    /// API key or JWT for a server run with --auth, sent as
+    /// `authorization: Bearer <token>`.
+    #[arg(long, env = "A2A_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
+/// Adds the client's bearer token to every call.
+#[derive(Clone)]
+struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Client = A2aServiceClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
 impl Target {
-    async fn client(&self) -> Result<A2aServiceClient<Channel>, Box<dyn std::error::Error>> {
-        Ok(A2aServiceClient::connect(self.server.clone()).await?)
+    async fn client(&self) -> Result<Client, Box<dyn std::error::Error>> {
+        let bearer = self
+            .token
+            .as_deref()
+            .map(|token| {
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| "--token must be visible ASCII")
+            })
+            .transpose()?;
+        let channel = Channel::from_shared(self.server.clone())?.connect().await?;
+        Ok(A2aServiceClient::with_interceptor(channel, Bearer(bearer)))
     }
 }
 

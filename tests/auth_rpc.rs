@@ -296,3 +296,56 @@ async fn an_open_server_needs_auth_or_an_explicit_choice() {
         "{stderr}"
     );
 }
+
+/// `serve --auth FILE`, and the built-in client's `--token` (or
+/// `A2A_TOKEN`): without it the client is refused, with it served.
+#[test]
+fn the_command_line_serves_and_calls_with_auth() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("auth-cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(
+        &file,
+        format!(
+            "[[principal]]\nname = \"bot\"\napi_key_sha256 = \"{}\"\ntenants = [\"\"]\nrole = \"user\"\n",
+            hex(&Sha256::digest(BOT_KEY.as_bytes()))
+        ),
+    )
+    .unwrap();
+    let (mut child, server) =
+        support::spawn_serve(&["--store", "memory", "--auth", file.to_str().unwrap()]);
+    let run = |token: Option<(&str, &str)>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_a2a-lifecycle"));
+        command.args(["send", "ping", "--server", &server]);
+        command.env_remove("A2A_TOKEN");
+        match token {
+            Some(("flag", token)) => {
+                command.args(["--token", token]);
+            }
+            Some((_, token)) => {
+                command.env("A2A_TOKEN", token);
+            }
+            None => {}
+        }
+        command.output().unwrap()
+    };
+    let refused = run(None);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Unauthenticated"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!run(Some(("flag", "wrong"))).status.success());
+    for how in ["flag", "env"] {
+        let out = run(Some((how, BOT_KEY)));
+        assert!(
+            out.status.success(),
+            "{how}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("pong"));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
