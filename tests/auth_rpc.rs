@@ -24,14 +24,19 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// With no slowing of failures: the matrix fails on purpose, many times.
 fn authenticator() -> Arc<Authenticator> {
+    Arc::new(auth_file().with_free_failures(u32::MAX))
+}
+
+fn auth_file() -> Authenticator {
     let file = format!(
         "[[principal]]\nname = \"bot\"\napi_key_sha256 = \"{}\"\ntenants = [\"\", \"code-reviewer\"]\nrole = \"user\"\n\n\
          [[principal]]\nname = \"ops\"\napi_key_sha256 = \"{}\"\ntenants = [\"*\"]\nrole = \"admin\"\n",
         hex(&Sha256::digest(BOT_KEY.as_bytes())),
         hex(&Sha256::digest(OPS_KEY.as_bytes())),
     );
-    Arc::new(Authenticator::parse(&file, std::path::Path::new(".")).unwrap())
+    Authenticator::parse(&file, std::path::Path::new(".")).unwrap()
 }
 
 /// Calls every A2A RPC on `tenant` with `key` (none when `None`) and
@@ -348,4 +353,47 @@ fn the_command_line_serves_and_calls_with_auth() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// Repeated failures from one address are answered more and more slowly
+/// (so keys cannot be guessed at line rate), while a valid key from the
+/// same address is still served. The delay is a lower bound the server
+/// sleeps, not a speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_failures_are_slowed_and_valid_keys_still_get_in() {
+    use a2a_lifecycle::auth::{FIRST_DELAY, FREE_FAILURES};
+    let server = TestServer::start_auth(Arc::new(auth_file())).await;
+    let list = |key: &'static str| {
+        let channel = server.channel();
+        async move {
+            let mut client = A2aServiceClient::with_interceptor(
+                channel.await,
+                move |mut r: tonic::Request<()>| {
+                    r.metadata_mut()
+                        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+                    Ok(r)
+                },
+            );
+            client.list_tasks(ListTasksRequest::default()).await
+        }
+    };
+    for _ in 0..FREE_FAILURES {
+        assert_eq!(
+            within("free failure", list("guess"))
+                .await
+                .unwrap_err()
+                .code(),
+            Code::Unauthenticated
+        );
+    }
+    let started = std::time::Instant::now();
+    let slowed = within("slowed failure", list("guess")).await.unwrap_err();
+    assert_eq!(slowed.code(), Code::Unauthenticated);
+    assert!(
+        started.elapsed() >= FIRST_DELAY,
+        "answered after {:?}",
+        started.elapsed()
+    );
+    assert!(within("valid key", list(BOT_KEY)).await.is_ok());
+    server.stop().await;
 }

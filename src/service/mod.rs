@@ -69,7 +69,7 @@ impl A2aGrpc {
     /// may not use is PERMISSION_DENIED whether or not it is served.
     /// Failures are logged with the peer and the reason, never the
     /// credential.
-    fn authenticate<T>(
+    async fn authenticate<T: Sync>(
         &self,
         request: &Request<T>,
         tenant: &str,
@@ -93,7 +93,15 @@ impl A2aGrpc {
                 .into())
             }
             Err(e) => {
-                tracing::warn!(peer = ?request.remote_addr(), reason = %e, "authentication failed");
+                let peer = request.remote_addr();
+                tracing::warn!(peer = ?peer, reason = %e, "authentication failed");
+                // Past a few failures, a peer waits for each answer.
+                if let Some(peer) = peer {
+                    let delay = auth.failed(peer.ip());
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                }
                 Err(A2aError::Unauthenticated(e.to_string()).into())
             }
         }
@@ -102,20 +110,25 @@ impl A2aGrpc {
     /// The caller (see [`A2aGrpc::authenticate`]), then the version,
     /// extensions and capability rules (see [`Cards::check`]), before
     /// anything else about the request.
-    fn check<T>(&self, request: &Request<T>, tenant: &str, streaming: bool) -> Result<(), Status> {
-        self.authenticate(request, tenant)?;
+    async fn check<T: Sync>(
+        &self,
+        request: &Request<T>,
+        tenant: &str,
+        streaming: bool,
+    ) -> Result<(), Status> {
+        self.authenticate(request, tenant).await?;
         Ok(self.cards.check(request.metadata(), tenant, streaming)?)
     }
 
     /// [`A2aGrpc::check`] for SendMessage and SendStreamingMessage, plus the
     /// media types of the message's parts ([`Cards::check_send`]).
-    fn check_send(
+    async fn check_send(
         &self,
         request: &Request<SendMessageRequest>,
         streaming: bool,
     ) -> Result<(), Status> {
         let send = request.get_ref();
-        self.authenticate(request, &send.tenant)?;
+        self.authenticate(request, &send.tenant).await?;
         Ok(self.cards.check_send(
             request.metadata(),
             &send.tenant,
@@ -131,7 +144,7 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<SendMessageResponse>, Status> {
-        self.check_send(&request, false)?;
+        self.check_send(&request, false).await?;
         send::send_message(&self.manager, request.into_inner()).await
     }
 
@@ -141,12 +154,13 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        self.check_send(&request, true)?;
+        self.check_send(&request, true).await?;
         send::send_streaming_message(&self.manager, request.into_inner()).await
     }
 
     async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check(&request, &request.get_ref().tenant, false)
+            .await?;
         tasks::get_task(&self.manager, request.into_inner()).await
     }
 
@@ -154,7 +168,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<ListTasksRequest>,
     ) -> Result<Response<ListTasksResponse>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check(&request, &request.get_ref().tenant, false)
+            .await?;
         tasks::list_tasks(&self.manager, request.into_inner()).await
     }
 
@@ -162,7 +177,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<CancelTaskRequest>,
     ) -> Result<Response<Task>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check(&request, &request.get_ref().tenant, false)
+            .await?;
         tasks::cancel_task(&self.manager, request.into_inner()).await
     }
 
@@ -172,7 +188,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SubscribeToTaskRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        self.check(&request, &request.get_ref().tenant, true)?;
+        self.check(&request, &request.get_ref().tenant, true)
+            .await?;
         tasks::subscribe_to_task(&self.manager, request.into_inner()).await
     }
 
@@ -180,7 +197,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<TaskPushNotificationConfig>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check(&request, &request.get_ref().tenant, false)
+            .await?;
         Err(unsupported::push_not_supported())
     }
 
@@ -188,7 +206,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check(&request, &request.get_ref().tenant, false)
+            .await?;
         Err(unsupported::push_not_supported())
     }
 
@@ -196,7 +215,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<ListTaskPushNotificationConfigsResponse>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check(&request, &request.get_ref().tenant, false)
+            .await?;
         Err(unsupported::push_not_supported())
     }
 
@@ -205,7 +225,7 @@ impl A2aService for A2aGrpc {
         request: Request<GetExtendedAgentCardRequest>,
     ) -> Result<Response<AgentCard>, Status> {
         let tenant = &request.get_ref().tenant;
-        self.check(&request, tenant, false)?;
+        self.check(&request, tenant, false).await?;
         Ok(Response::new(self.cards.extended(tenant)?))
     }
 
@@ -213,7 +233,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<DeleteTaskPushNotificationConfigRequest>,
     ) -> Result<Response<()>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)?;
+        self.check(&request, &request.get_ref().tenant, false)
+            .await?;
         Err(unsupported::push_not_supported())
     }
 }
