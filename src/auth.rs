@@ -231,6 +231,11 @@ impl Authenticator {
         })
     }
 
+    /// Whether bearer tokens may be JWTs (the file has `[jwt]`).
+    pub fn accepts_jwt(&self) -> bool {
+        self.jwt.is_some()
+    }
+
     /// Lets each peer fail `free` times per window before it is slowed
     /// (default [`FREE_FAILURES`]).
     pub fn with_free_failures(mut self, free: u32) -> Self {

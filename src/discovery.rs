@@ -59,6 +59,58 @@ pub struct DiscoveryConfig {
     /// `--extended-card`. The default agent's public card then declares
     /// `capabilities.extendedAgentCard`.
     pub extended_card: Option<AgentCard>,
+    /// How callers authenticate, when the server requires it (`--auth`):
+    /// declared on every card (spec §4.5, §13.1); the cards themselves stay
+    /// public.
+    pub security: Option<CardSecurity>,
+}
+
+/// What the cards declare of the server's authentication.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CardSecurity {
+    /// Bearer tokens may be JWTs (`[jwt]` in the auth file), not only API
+    /// keys.
+    pub jwt: bool,
+}
+
+/// The name of the bearer scheme in `securitySchemes`.
+pub const BEARER_SCHEME: &str = "bearer";
+
+impl CardSecurity {
+    /// Declares the scheme on `card` and requires it, replacing what the
+    /// agent declared: the server enforces this scheme on every call.
+    fn declare(&self, card: &mut AgentCard) {
+        use crate::proto::{
+            HttpAuthSecurityScheme, SecurityRequirement, SecurityScheme, StringList,
+            security_scheme::Scheme,
+        };
+        let scheme = HttpAuthSecurityScheme {
+            description: if self.jwt {
+                "An API key or a JWT, as `authorization: Bearer <token>`.".into()
+            } else {
+                "An API key, as `authorization: Bearer <key>`.".into()
+            },
+            scheme: "Bearer".into(),
+            bearer_format: if self.jwt {
+                "JWT".into()
+            } else {
+                String::new()
+            },
+        };
+        card.security_schemes = [(
+            BEARER_SCHEME.to_owned(),
+            SecurityScheme {
+                scheme: Some(Scheme::HttpAuthSecurityScheme(scheme)),
+            },
+        )]
+        .into_iter()
+        .collect();
+        card.security_requirements = vec![SecurityRequirement {
+            schemes: [(BEARER_SCHEME.to_owned(), StringList::default())]
+                .into_iter()
+                .collect(),
+        }];
+    }
 }
 
 impl DiscoveryConfig {
@@ -153,13 +205,20 @@ impl Cards {
                 };
                 provider.url = format!("{scheme}://{url}/.well-known/agent-card.json");
             }
+            if let Some(security) = &config.security {
+                security.declare(&mut card);
+            }
             let capabilities = card.capabilities.get_or_insert_with(Default::default);
             // Push notifications are not offered (PUSH_NOTIFICATION_NOT_SUPPORTED).
             capabilities.push_notifications = Some(false);
             let extended = match &config.extended_card {
                 Some(file) if tenant.is_empty() => {
                     capabilities.extended_agent_card = Some(true);
-                    Some(complete_extended_card(file.clone(), &card)?)
+                    let mut extended = complete_extended_card(file.clone(), &card)?;
+                    if let Some(security) = &config.security {
+                        security.declare(&mut extended);
+                    }
+                    Some(extended)
                 }
                 _ => None,
             };

@@ -333,6 +333,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 discovery: DiscoveryConfig {
                     public_url,
                     extended_card,
+                    // Declared from --auth when the server starts.
+                    security: None,
                 },
                 connections: connections.limits(),
                 auth,

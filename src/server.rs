@@ -122,6 +122,12 @@ pub async fn serve_manager_secured(
     auth: Option<Arc<Authenticator>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut discovery = discovery;
+    if let Some(auth) = &auth {
+        discovery.security = Some(crate::discovery::CardSecurity {
+            jwt: auth.accepts_jwt(),
+        });
+    }
     let cards = Arc::new(Cards::build(
         manager.agents(),
         &discovery,

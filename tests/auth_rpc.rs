@@ -397,3 +397,41 @@ async fn repeated_failures_are_slowed_and_valid_keys_still_get_in() {
     assert!(within("valid key", list(BOT_KEY)).await.is_ok());
     server.stop().await;
 }
+
+/// Under `--auth` every card declares the bearer scheme and requires it
+/// (spec §4.5); without `--auth`, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cards_declare_the_bearer_scheme_under_auth() {
+    let card_of = |server: &TestServer, path: &'static str| {
+        let addr = server.addr;
+        async move {
+            let response = within("card", support::http_get(addr, path, &[])).await;
+            assert_eq!(response.status, 200);
+            let value: serde_json::Value = serde_json::from_str(&response.body).unwrap();
+            value
+        }
+    };
+    let open = TestServer::start().await;
+    let card = card_of(&open, "/.well-known/agent-card.json").await;
+    assert!(card.get("securitySchemes").is_none(), "{card}");
+    assert!(card.get("securityRequirements").is_none(), "{card}");
+    open.stop().await;
+
+    let secured = TestServer::start_auth(authenticator()).await;
+    for path in [
+        "/.well-known/agent-card.json",
+        "/deployer/.well-known/agent-card.json",
+    ] {
+        let card = card_of(&secured, path).await;
+        let scheme = &card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"];
+        assert_eq!(scheme["scheme"], "Bearer", "{card}");
+        // Keys only in this file: no JWT format.
+        assert!(scheme.get("bearerFormat").is_none(), "{card}");
+        assert_eq!(
+            card["securityRequirements"][0]["schemes"]["bearer"],
+            serde_json::json!({}),
+            "{card}"
+        );
+    }
+    secured.stop().await;
+}

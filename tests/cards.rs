@@ -165,7 +165,7 @@ async fn the_public_url_is_what_the_cards_advertise() {
         demo_router(),
         DiscoveryConfig {
             public_url: Some("agents.example.com:443".into()),
-            extended_card: None,
+            ..Default::default()
         },
     )
     .await;
@@ -197,8 +197,8 @@ async fn a_configured_extended_card_is_declared_and_served() {
     let server = start(
         demo_router(),
         DiscoveryConfig {
-            public_url: None,
             extended_card: Some(extended.clone()),
+            ..Default::default()
         },
     )
     .await;
@@ -421,8 +421,8 @@ fn extended_card_file(json: &str) -> (std::path::PathBuf, AgentCard) {
 
 fn with_extended(card: AgentCard) -> DiscoveryConfig {
     DiscoveryConfig {
-        public_url: None,
         extended_card: Some(card),
+        ..Default::default()
     }
 }
 
