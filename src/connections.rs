@@ -142,6 +142,7 @@ pub fn raise_descriptor_limit(max_connections: usize) {
 pub fn bounded<S>(
     accepted: S,
     limits: &ConnectionLimits,
+    tls: bool,
 ) -> impl Stream<Item = std::io::Result<Conn>> + Send + 'static
 where
     S: Stream<Item = std::io::Result<TcpStream>> + Send + 'static,
@@ -167,7 +168,9 @@ where
             Some(Ok(Conn {
                 stream,
                 _slot: Slot(open),
-                handshake: Some(Handshake::new(handshake)),
+                // Under TLS the first bytes are a ClientHello, not HTTP:
+                // the TLS handshake has the deadline instead (`serve`).
+                handshake: (!tls).then(|| Handshake::new(handshake)),
             }))
         }
     })
@@ -352,6 +355,7 @@ pub async fn serve<S>(
     incoming: impl Stream<Item = std::io::Result<Conn>>,
     service: S,
     limits: &ConnectionLimits,
+    tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
 ) where
     S: Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible>
@@ -382,14 +386,33 @@ pub async fn serve<S>(
                 None => break,
             },
         };
-        connections.spawn(serve_one(
-            conn,
+        let (service, builder, draining, cut) = (
             service.clone(),
             builder.clone(),
-            idle_timeout,
             draining.clone(),
             cut.clone(),
-        ));
+        );
+        let tls = tls.clone();
+        let handshake_timeout = limits.handshake_timeout;
+        connections.spawn(async move {
+            let info = conn.connect_info();
+            let Some(tls) = tls else {
+                return serve_one(conn, info, service, builder, idle_timeout, draining, cut).await;
+            };
+            let accepted = tokio::select! {
+                accepted = tokio::time::timeout(handshake_timeout, tls.accept(conn)) => accepted,
+                () = cut.cancelled() => return,
+            };
+            match accepted {
+                Ok(Ok(stream)) => {
+                    serve_one(stream, info, service, builder, idle_timeout, draining, cut).await
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = ?info.remote_addr, error = %e, "TLS handshake failed")
+                }
+                Err(_) => tracing::debug!(peer = ?info.remote_addr, "TLS handshake timed out"),
+            }
+        });
     }
     draining.cancel();
     connections.close();
@@ -404,6 +427,54 @@ pub async fn serve<S>(
         );
         cut.cancel();
         connections.wait().await;
+    }
+}
+
+/// TLS on the port (`--tls-cert`, `--tls-key`): rustls, so TLS 1.2 and 1.3
+/// only (older versions are not implemented at all), with ALPN offering
+/// HTTP/2 and HTTP/1.1 so gRPC and the cards share the port as in plain
+/// text.
+pub struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl Tls {
+    /// A certificate chain and its private key, both PEM files.
+    pub fn from_pem_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, String> {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        Self::from_pem(&read(cert)?, &read(key)?)
+            .map_err(|e| format!("{} / {}: {e}", cert.display(), key.display()))
+    }
+
+    /// A certificate chain and its private key, PEM.
+    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Self, String> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("certificate: {e}"))?;
+        if chain.is_empty() {
+            return Err("no certificate in the certificate file".into());
+        }
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("private key: {e}"))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("certificate and key: {e}"))?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Tls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        })
+    }
+
+    fn accept(&self, conn: Conn) -> tokio_rustls::Accept<Conn> {
+        self.acceptor.accept(conn)
     }
 }
 
@@ -426,8 +497,9 @@ fn builder(limits: &ConnectionLimits) -> ConnBuilder<TokioExecutor> {
 /// One connection's task: serves it until it ends, closing it gracefully
 /// when it has been idle for `idle_timeout` or the server drains, and
 /// dropping it when the grace is over.
-async fn serve_one<S>(
-    conn: Conn,
+async fn serve_one<IO, S>(
+    io: IO,
+    connect_info: TcpConnectInfo,
     service: S,
     builder: Arc<ConnBuilder<TokioExecutor>>,
     idle_timeout: Duration,
@@ -439,14 +511,15 @@ async fn serve_one<S>(
         + Send
         + 'static,
     S::Future: Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new());
     let service = Counted {
         inner: service,
         activity: activity.clone(),
-        connect_info: conn.connect_info(),
+        connect_info,
     };
-    let served = builder.serve_connection(TokioIo::new(conn), TowerToHyperService::new(service));
+    let served = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     let mut served = std::pin::pin!(served);
     let mut idle = std::pin::pin!(activity.idle_for(idle_timeout));
     let mut closing = false;

@@ -128,6 +128,12 @@ enum Command {
         /// the port may read and change every task).
         #[arg(long)]
         insecure_open: bool,
+        /// Certificate chain (PEM) for TLS on the port: gRPC and the cards.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
         /// The agent serving requests without a tenant.
         #[arg(
             long,
@@ -220,6 +226,10 @@ struct Target {
     /// `authorization: Bearer <token>`.
     #[arg(long, env = "A2A_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// CA certificate (PEM) to verify an `https://` server with, instead
+    /// of the system's roots.
+    #[arg(long)]
+    ca_cert: Option<std::path::PathBuf>,
 }
 
 /// Adds the client's bearer token to every call.
@@ -253,7 +263,16 @@ impl Target {
                     .map_err(|_| "--token must be visible ASCII")
             })
             .transpose()?;
-        let channel = Channel::from_shared(self.server.clone())?.connect().await?;
+        let mut endpoint = Channel::from_shared(self.server.clone())?;
+        if let Some(ca) = &self.ca_cert {
+            let pem =
+                std::fs::read(ca).map_err(|e| format!("cannot read {}: {e}", ca.display()))?;
+            endpoint = endpoint.tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+            )?;
+        }
+        let channel = endpoint.connect().await?;
         Ok(A2aServiceClient::with_interceptor(channel, Bearer(bearer)))
     }
 }
@@ -285,6 +304,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             extended_card,
             auth,
             insecure_open,
+            tls_cert,
+            tls_key,
             default_agent,
             connections,
         } => {
@@ -303,6 +324,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     a2a_lifecycle::auth::Authenticator::load(&path).map(std::sync::Arc::new)
                 })
                 .transpose()?;
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => Some(std::sync::Arc::new(
+                    a2a_lifecycle::connections::Tls::from_pem_files(&cert, &key)?,
+                )),
+                _ => None,
+            };
             let extended_card = extended_card
                 .map(|path| DiscoveryConfig::read_extended_card(&path))
                 .transpose()?;
@@ -338,6 +365,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 },
                 connections: connections.limits(),
                 auth,
+                tls,
             };
             a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
             serve(listener, parts, shutdown_signal())

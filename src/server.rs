@@ -38,6 +38,23 @@ pub struct ServerParts {
     /// `--auth`: every A2A call must authenticate; `None` serves anyone
     /// who can reach the port.
     pub auth: Option<Arc<Authenticator>>,
+    /// `--tls-cert`, `--tls-key`: gRPC and the cards over TLS.
+    pub tls: Option<Arc<connections::Tls>>,
+}
+
+/// No agents, a memory store and every default: set what differs.
+impl Default for ServerParts {
+    fn default() -> Self {
+        ServerParts {
+            store: Arc::new(crate::store::MemoryStore::new()),
+            agents: AgentRouter::new(),
+            runtime: RuntimeConfig::default(),
+            discovery: DiscoveryConfig::default(),
+            connections: ConnectionLimits::default(),
+            auth: None,
+            tls: None,
+        }
+    }
 }
 
 /// Serves on `listener` until `shutdown` completes. First fails the tasks a
@@ -55,12 +72,13 @@ pub async fn serve(
             "failed tasks left active by a previous run of the server"
         );
     }
-    serve_manager_secured(
+    serve_manager_tls(
         listener,
         manager,
         parts.discovery,
         parts.connections,
         parts.auth,
+        parts.tls,
         shutdown,
     )
     .await
@@ -122,6 +140,20 @@ pub async fn serve_manager_secured(
     auth: Option<Arc<Authenticator>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    serve_manager_tls(listener, manager, discovery, limits, auth, None, shutdown).await
+}
+
+/// [`serve_manager_secured`], over TLS when `tls` is given
+/// ([`connections::Tls`]): gRPC and the cards on the same port.
+pub async fn serve_manager_tls(
+    listener: TcpListener,
+    manager: TaskManager,
+    discovery: DiscoveryConfig,
+    limits: ConnectionLimits,
+    auth: Option<Arc<Authenticator>>,
+    tls: Option<Arc<connections::Tls>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut discovery = discovery;
     if let Some(auth) = &auth {
         discovery.security = Some(crate::discovery::CardSecurity {
@@ -167,6 +199,7 @@ pub async fn serve_manager_secured(
     let incoming = connections::bounded(
         TcpIncoming::from(listener).with_nodelay(Some(true)),
         &limits,
+        tls.is_some(),
     );
     let routes = Routes::from(cards.router())
         .add_service(health_service)
@@ -178,7 +211,7 @@ pub async fn serve_manager_secured(
         .service(routes);
     // A client holding a half-sent request or a silent connection does not
     // hold shutdown: past the grace period the rest is cut.
-    connections::serve(incoming, service, &limits, signal).await;
+    connections::serve(incoming, service, &limits, tls, signal).await;
     // No task is left active in the store: runs end (failing their tasks
     // with the shutdown message), and those that do not are failed here.
     manager.drain_runs(limits.shutdown_grace).await;
