@@ -20,13 +20,13 @@
 //! admin_claim = "a2a_admin"         # boolean; true gives the admin role
 //! ```
 //!
-//! - A bearer credential with three dot-separated parts is a JWT: its
-//!   signature is checked against the key set (RS256 or ES256 only, so
+//! - A bearer credential that is no principal's API key and has three
+//!   dot-separated parts is a JWT: its signature is checked against the key set (RS256 or ES256 only, so
 //!   `alg: none` and HMAC are refused), and its issuer, audience, expiry and
 //!   not-before. The principal is its `sub`.
-//! - Anything else is an API key: its SHA-256 is compared with every
-//!   principal's, each comparison in constant time, so the answer's timing
-//!   says nothing about how close a guess was.
+//! - Every credential is first taken as an API key: its SHA-256 is
+//!   compared with every principal's, each comparison in constant time, so
+//!   the answer's timing says nothing about how close a guess was.
 //! - This module knows nothing of gRPC: the service maps [`AuthError`] to
 //!   UNAUTHENTICATED and a tenant a principal may not use to
 //!   PERMISSION_DENIED.
@@ -256,6 +256,11 @@ impl Authenticator {
             return Err(AuthError::Malformed);
         }
         let credential = bearer(value).ok_or(AuthError::Malformed)?;
+        // The keys first, whatever the credential looks like: an API key
+        // may have the shape of a JWT (three dot-separated parts).
+        if let Some(principal) = self.key_principal(credential) {
+            return Ok(principal.clone());
+        }
         if credential.split('.').count() == 3 {
             return match &self.jwt {
                 Some(issuer) => issuer.verify(credential),
@@ -264,16 +269,21 @@ impl Authenticator {
                 )),
             };
         }
+        Err(AuthError::UnknownKey)
+    }
+
+    /// The principal whose API key `credential` is. Every principal is
+    /// compared, each in constant time: neither the position of a match
+    /// nor a near miss shows in the timing.
+    fn key_principal(&self, credential: &str) -> Option<&Principal> {
         let digest: [u8; 32] = Sha256::digest(credential.as_bytes()).into();
-        // Every principal is compared, each in constant time: neither the
-        // position of a match nor a near miss shows in the timing.
         let mut found = None;
         for key in &self.keys {
             if bool::from(key.digest.ct_eq(&digest)) {
                 found = Some(&key.principal);
             }
         }
-        found.cloned().ok_or(AuthError::UnknownKey)
+        found
     }
 }
 

@@ -110,6 +110,26 @@ fn api_keys_name_their_principal() {
     assert!(ops.may_use("anything"));
 }
 
+/// An API key shaped like a JWT (three dot-separated parts) is still an
+/// API key.
+#[test]
+fn an_api_key_with_two_dots_is_a_key() {
+    let key = "part.two.three";
+    let file = format!(
+        "[[principal]]\nname = \"dotted\"\napi_key_sha256 = \"{}\"\ntenants = [\"\"]\nrole = \"user\"\n",
+        hex(&Sha256::digest(key.as_bytes()))
+    );
+    let auth = Authenticator::parse(&file, &fixtures()).unwrap();
+    assert_eq!(
+        auth.authenticate(Some(&bearer(key))).unwrap().name,
+        "dotted"
+    );
+    assert!(matches!(
+        auth.authenticate(Some(&bearer("other.two.three"))),
+        Err(AuthError::InvalidToken(_))
+    ));
+}
+
 #[test]
 fn missing_malformed_and_unknown_credentials_are_refused() {
     let auth = authenticator();
