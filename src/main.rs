@@ -279,8 +279,19 @@ impl Target {
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    a2a_lifecycle::server::runtime()?.block_on(run())
+/// Errors end the process with their message, as written (not Rust's
+/// quoted debug form), and exit status 1.
+fn main() -> std::process::ExitCode {
+    let result = a2a_lifecycle::server::runtime()
+        .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
+        .and_then(|runtime| runtime.block_on(run()));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -337,7 +337,7 @@ fn the_command_line_serves_and_calls_with_auth() {
     let refused = run(None);
     assert!(!refused.status.success());
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("Unauthenticated"),
+        String::from_utf8_lossy(&refused.stderr).contains("no credentials"),
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
