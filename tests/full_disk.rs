@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};
-use a2a_lifecycle::proto::{SubscribeToTaskRequest, TaskState};
+use a2a_lifecycle::proto::TaskState;
 use a2a_lifecycle::runtime::RuntimeConfig;
 use a2a_lifecycle::store::SqliteStore;
 use support::*;
@@ -98,23 +98,7 @@ async fn a_full_disk_fails_the_task_once_space_returns() {
     )
     .await;
     let mut client = server.client().await;
-    let task = within(
-        "send",
-        send_task(&mut client, request("", user_message("go"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
-    let mut stream = within(
-        "subscribe",
-        client.subscribe_to_task(SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
-        }),
-    )
-    .await
-    .unwrap()
-    .into_inner();
-    within("snapshot", stream.message()).await.unwrap().unwrap();
+    let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
     let filler = fill(&fs.0);
     agent.gate.notify_one();
     let err = loop {

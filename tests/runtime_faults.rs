@@ -260,23 +260,7 @@ async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
     )
     .await;
     let mut client = server.client().await;
-    let task = within(
-        "send",
-        send_task(&mut client, request("", user_message("go"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
-    let mut stream = within(
-        "subscribe",
-        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
-        }),
-    )
-    .await
-    .unwrap()
-    .into_inner();
-    within("snapshot", stream.message()).await.unwrap().unwrap();
+    let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
     store.down.store(true, Ordering::SeqCst);
     agent.gate.notify_one();
     // The stream ends with the store's error, not a hang.

@@ -406,3 +406,31 @@ fn dechunk(mut rest: &str) -> String {
         rest = &after[size + 2..];
     }
 }
+
+/// Sends "go" without blocking, waits until the agent says (through
+/// `working`) that it runs, subscribes to the task and reads the snapshot:
+/// the task and its open stream, for tests that then break the store.
+#[allow(dead_code)]
+pub async fn subscribed_while_working(
+    client: &mut Client,
+    working: &tokio::sync::Notify,
+) -> (Task, Streaming<StreamResponse>) {
+    let task = within(
+        "send",
+        send_task(client, request("", user_message("go"), true)),
+    )
+    .await;
+    within("working", working.notified()).await;
+    let mut stream = within(
+        "subscribe",
+        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
+            tenant: String::new(),
+            id: task.id.clone(),
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    within("snapshot", stream.message()).await.unwrap().unwrap();
+    (task, stream)
+}
