@@ -199,6 +199,11 @@ impl Authenticator {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
         let mut keys = Vec::with_capacity(file.principal.len());
         for entry in file.principal {
+            // The name owns tasks: an empty one would own the tasks created
+            // without authentication.
+            if entry.name.is_empty() {
+                return Err("a principal has an empty name".into());
+            }
             let digest = parse_digest(&entry.api_key_sha256).ok_or_else(|| {
                 format!(
                     "principal {:?}: api_key_sha256 must be 64 lowercase hex digits",

@@ -3,23 +3,15 @@
 //! audience and time. Keys in `tests/fixtures/auth/` exist for these tests
 //! only.
 
-use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+mod support;
 
 use a2a_lifecycle::auth::{AuthError, Authenticator, Principal, Role, Tenants};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use sha2::{Digest, Sha256};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/auth")
-}
+use support::jwt::{claims, fixtures, key_digest, now, sign};
 
 const CI_BOT_KEY: &str = "ci-bot-test-key-8c1f";
 const ADMIN_KEY: &str = "admin-test-key-77aa";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The issue's example file, with the test keys' digests.
 fn auth_file() -> String {
@@ -45,45 +37,13 @@ jwks_file = "jwks.json"           # local JSON Web Key Set (RS256, ES256); no ne
 tenants_claim = "tenants"         # array of tenant names, "*" for all
 admin_claim = "a2a_admin"         # boolean; true gives the admin role
 "#,
-        hex(&Sha256::digest(CI_BOT_KEY.as_bytes())),
-        hex(&Sha256::digest(ADMIN_KEY.as_bytes())),
+        key_digest(CI_BOT_KEY),
+        key_digest(ADMIN_KEY),
     )
 }
 
 fn authenticator() -> Authenticator {
     Authenticator::parse(&auth_file(), &fixtures()).expect("the issue's file shape parses")
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// Claims of a valid token for `sub`, changed by `edit`.
-fn claims(sub: &str, edit: impl FnOnce(&mut serde_json::Value)) -> serde_json::Value {
-    let mut claims = serde_json::json!({
-        "sub": sub,
-        "iss": "https://id.example.test",
-        "aud": "a2a-lifecycle",
-        "exp": now() + 600,
-        "iat": now(),
-        "tenants": ["deployer"],
-    });
-    edit(&mut claims);
-    claims
-}
-
-fn sign(alg: Algorithm, kid: &str, key_file: &str, claims: &serde_json::Value) -> String {
-    let pem = std::fs::read(fixtures().join(key_file)).unwrap();
-    let key = match alg {
-        Algorithm::ES256 => EncodingKey::from_ec_pem(&pem).unwrap(),
-        _ => EncodingKey::from_rsa_pem(&pem).unwrap(),
-    };
-    let mut header = Header::new(alg);
-    header.kid = Some(kid.to_owned());
-    jsonwebtoken::encode(&header, claims, &key).unwrap()
 }
 
 fn bearer(credential: &str) -> String {
@@ -117,7 +77,7 @@ fn an_api_key_with_two_dots_is_a_key() {
     let key = "part.two.three";
     let file = format!(
         "[[principal]]\nname = \"dotted\"\napi_key_sha256 = \"{}\"\ntenants = [\"\"]\nrole = \"user\"\n",
-        hex(&Sha256::digest(key.as_bytes()))
+        key_digest(key)
     );
     let auth = Authenticator::parse(&file, &fixtures()).unwrap();
     assert_eq!(
@@ -300,6 +260,11 @@ fn auth_files_are_checked_at_load() {
         "[[principal]]\nname = \"x\"\napi_key_sha256 = \"ABC\"\ntenants = []\nrole = \"user\"\n",
         "[[principal]]\nname = \"x\"\napi_key_sha256 = \"00\"\ntenants = []\nrole = \"root\"\n",
         "[[principal]]\nname = \"x\"\napi_key = \"plain\"\ntenants = []\nrole = \"user\"\n",
+        // An empty name would own the tasks created without authentication.
+        &format!(
+            "[[principal]]\nname = \"\"\napi_key_sha256 = \"{}\"\ntenants = []\nrole = \"user\"\n",
+            "0".repeat(64)
+        ),
     ] {
         assert!(
             Authenticator::parse(bad, &fixtures()).is_err(),

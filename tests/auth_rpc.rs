@@ -11,18 +11,14 @@ use std::sync::Arc;
 use a2a_lifecycle::auth::Authenticator;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::*;
-use sha2::{Digest, Sha256};
 use tonic::Code;
 use tonic::transport::Channel;
 
+use support::jwt::key_digest;
 use support::{TestServer, assert_a2a_error, within};
 
 const BOT_KEY: &str = "bot-key-for-rpc-tests";
 const OPS_KEY: &str = "ops-key-for-rpc-tests";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// With no slowing of failures: the matrix fails on purpose, many times.
 fn authenticator() -> Arc<Authenticator> {
@@ -33,8 +29,8 @@ fn auth_file() -> Authenticator {
     let file = format!(
         "[[principal]]\nname = \"bot\"\napi_key_sha256 = \"{}\"\ntenants = [\"\", \"code-reviewer\"]\nrole = \"user\"\n\n\
          [[principal]]\nname = \"ops\"\napi_key_sha256 = \"{}\"\ntenants = [\"*\"]\nrole = \"admin\"\n",
-        hex(&Sha256::digest(BOT_KEY.as_bytes())),
-        hex(&Sha256::digest(OPS_KEY.as_bytes())),
+        key_digest(BOT_KEY),
+        key_digest(OPS_KEY),
     );
     Authenticator::parse(&file, std::path::Path::new(".")).unwrap()
 }
@@ -313,7 +309,7 @@ fn the_command_line_serves_and_calls_with_auth() {
         &file,
         format!(
             "[[principal]]\nname = \"bot\"\napi_key_sha256 = \"{}\"\ntenants = [\"\"]\nrole = \"user\"\n",
-            hex(&Sha256::digest(BOT_KEY.as_bytes()))
+            key_digest(BOT_KEY)
         ),
     )
     .unwrap();

@@ -22,7 +22,8 @@ use a2a_lifecycle::proto::{
 };
 use a2a_lifecycle::runtime::{RESTART_FAILURE, RuntimeConfig};
 use a2a_lifecycle::store::{
-    EncodedTask, ListQuery, MemoryStore, SqliteStore, StoreError, StoredTask, TaskPage, TaskStore,
+    Caller, EncodedTask, ListQuery, MemoryStore, SqliteStore, StoreError, StoredTask, TaskPage,
+    TaskStore,
 };
 use support::*;
 
@@ -362,9 +363,18 @@ impl TaskStore for FailingWrites {
     async fn find_by_origin(
         &self,
         tenant: &str,
+        owner: &str,
         message_id: &str,
     ) -> Result<Option<StoredTask>, StoreError> {
-        self.inner.find_by_origin(tenant, message_id).await
+        self.inner.find_by_origin(tenant, owner, message_id).await
+    }
+    async fn get_owned(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Option<StoredTask>, StoreError> {
+        self.inner.get_owned(tenant, task_id, owner).await
     }
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(tenant, task_id).await
@@ -459,7 +469,7 @@ async fn store_failures_are_unavailable_and_never_hang() {
     );
     let _ = server
         .manager
-        .get_task("", &task.id, HistoryLength::All)
+        .get_task("", &Caller::ANONYMOUS, &task.id, HistoryLength::All)
         .await
         .unwrap();
     server.stop().await;

@@ -18,7 +18,7 @@ use a2a_lifecycle::lifecycle::HistoryLength;
 use a2a_lifecycle::proto::{Task, TaskState};
 use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskHandle, TaskManager};
 use a2a_lifecycle::store::{
-    EncodedTask, ListQuery, MemoryStore, StoreError, StoredTask, TaskPage, TaskStore,
+    Caller, EncodedTask, ListQuery, MemoryStore, StoreError, StoredTask, TaskPage, TaskStore,
 };
 use support::*;
 
@@ -56,8 +56,21 @@ impl TaskStore for Flaky {
     async fn create_encoded(&self, t: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         self.inner.create_encoded(t, task).await
     }
-    async fn find_by_origin(&self, t: &str, m: &str) -> Result<Option<StoredTask>, StoreError> {
-        self.inner.find_by_origin(t, m).await
+    async fn find_by_origin(
+        &self,
+        t: &str,
+        o: &str,
+        m: &str,
+    ) -> Result<Option<StoredTask>, StoreError> {
+        self.inner.find_by_origin(t, o, m).await
+    }
+    async fn get_owned(
+        &self,
+        t: &str,
+        id: &str,
+        o: &str,
+    ) -> Result<Option<StoredTask>, StoreError> {
+        self.inner.get_owned(t, id, o).await
     }
     async fn get(&self, t: &str, id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(t, id).await
@@ -106,6 +119,7 @@ async fn hold(manager: &TaskManager, task: &Task) -> SendOutcome {
     manager
         .send_message(
             "",
+            &Caller::ANONYMOUS,
             MessageRequest::from(on(task, "quiet")),
             HistoryLength::All,
             false,
@@ -196,9 +210,11 @@ async fn a_blocking_follow_up_answers_at_a_stop_when_a_queued_run_moves_on() {
         send_task(&mut client, request("", user_message("ask"), false)),
     )
     .await;
+    let anonymous = Caller::ANONYMOUS;
     let send = |text: &str| {
         m.send_message(
             "",
+            &anonymous,
             MessageRequest::from(on(&task, text)),
             HistoryLength::All,
             false,

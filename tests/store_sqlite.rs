@@ -76,7 +76,10 @@ mod origin_log {
             Err(StoreError::DuplicateMessage { task_id }) => assert_eq!(task_id, format!("t{i}")),
             other => panic!("message m{i}: expected DuplicateMessage, got {other:?}"),
         }
-        let found = store.find_by_origin("", &format!("m{i}")).await.unwrap();
+        let found = store
+            .find_by_origin("", "", &format!("m{i}"))
+            .await
+            .unwrap();
         assert_eq!(found.expect("found").record.task.id, format!("t{i}"));
     }
 
@@ -155,7 +158,7 @@ mod origin_log {
                 Ok(1)
             );
         }
-        let found = store.find_by_origin("", "m0").await.unwrap();
+        let found = store.find_by_origin("", "", "m0").await.unwrap();
         assert_eq!(found.expect("found").record.task.id, "new-0");
     }
 
@@ -292,10 +295,12 @@ mod migrations {
         super::close(store).await;
 
         // What an sqlx-era server left at migration 3: no quarantine
-        // table, no user_version, sqlx's own record of 1 to 3.
+        // table, no owners, no user_version, sqlx's own record of 1 to 3.
         let side = rusqlite::Connection::open(&path).unwrap();
         side.execute_batch(
             "DROP TABLE quarantine;
+             DROP INDEX tasks_by_owner;
+             ALTER TABLE tasks DROP COLUMN owner;
              PRAGMA user_version = 0;
              CREATE TABLE _sqlx_migrations (
                  version BIGINT PRIMARY KEY, description TEXT NOT NULL,
@@ -311,16 +316,21 @@ mod migrations {
         side.close().unwrap();
 
         // Re-running migration 1 would fail on the existing table: the
-        // database must open at version 3 and take 4.
+        // database must open at version 3 and take 4 and 5.
         let store = SqliteStore::open(&path).await.expect("opens");
         let kept = store.get("", "kept").await.unwrap().expect("task kept");
         assert_eq!(kept.record.task.id, "kept");
+        // A task stored before owners has none, and keeps its idempotency
+        // key.
+        assert_eq!(kept.record.owner, "");
+        let again = store.find_by_origin("", "", "m-kept").await.unwrap();
+        assert_eq!(again.map(|s| s.record.task.id).as_deref(), Some("kept"));
         super::close(store).await;
         let side = rusqlite::Connection::open(&path).unwrap();
         let version: i64 = side
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 4);
+        assert_eq!(version, 5);
         let quarantine: i64 = side
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'",

@@ -17,6 +17,7 @@ use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, Re
 use a2a_lifecycle::lifecycle::StatusUpdate;
 use a2a_lifecycle::proto::{SubscribeToTaskRequest, TaskState, stream_response::Payload};
 use a2a_lifecycle::runtime::{RuntimeConfig, agent_text};
+use a2a_lifecycle::store::Caller;
 use support::*;
 
 /// WORKING, then waits for the test to open the gate, then `updates`
@@ -332,7 +333,12 @@ async fn shutdown_fails_running_tasks_with_a_reason() {
     let deadline = tokio::time::Instant::now() + WAIT;
     let final_task = loop {
         let t = manager
-            .get_task("", &task.id, a2a_lifecycle::lifecycle::HistoryLength::All)
+            .get_task(
+                "",
+                &Caller::ANONYMOUS,
+                &task.id,
+                a2a_lifecycle::lifecycle::HistoryLength::All,
+            )
             .await
             .unwrap();
         if state_of(&t).is_terminal() {

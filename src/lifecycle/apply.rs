@@ -86,6 +86,10 @@ pub struct TaskRecord {
     pub task: Task,
     /// `artifact_id`s whose final chunk has been applied.
     pub sealed_artifacts: Vec<String>,
+    /// The principal that created the task (spec §13.1: results scoped to
+    /// the caller); "" for a task created without authentication. Set once,
+    /// never changed.
+    pub owner: String,
 }
 
 impl TaskRecord {
@@ -115,7 +119,14 @@ impl TaskRecord {
                 metadata: None,
             },
             sealed_artifacts: Vec::new(),
+            owner: String::new(),
         }
+    }
+
+    /// The record with `owner` as the principal that created it.
+    pub fn owned_by(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
     }
 
     /// The current state. A stored task always has a real state; a record

@@ -36,7 +36,7 @@ use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{ApplyError, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy};
 use crate::proto::{Message, StreamResponse, Task, TaskState, stream_response::Payload};
-use crate::store::{EncodedTask, StoreError};
+use crate::store::{Caller, EncodedTask, StoreError};
 
 /// What blocking waiters watch: the committed state, how many status
 /// events have been committed, and where the task's runs are.
@@ -357,6 +357,38 @@ impl LiveTask {
                 .ok_or_else(|| A2aError::TaskNotFound {
                     task_id: self.key.id.clone(),
                 })?;
+            let state = stored.record.state();
+            self.progress.send_modify(|p| p.state = state);
+            *guard = Some(Loaded::new(stored.record, stored.version));
+        }
+        Ok(guard)
+    }
+
+    /// [`LiveTask::lock_loaded`] for `caller`. A user's access is asked of
+    /// the store with its name in the lookup (`TaskStore::get_owned`)
+    /// before the task is looked at, in memory or not: another principal's
+    /// task is TASK_NOT_FOUND after the same read a missing task takes
+    /// (spec §13.1). The read happens under the task's lock, like a load,
+    /// and its record is installed when none is loaded, so the check costs
+    /// no second read.
+    pub(crate) async fn lock_visible(
+        &self,
+        shared: &Shared,
+        caller: &Caller,
+    ) -> Result<StateGuard<'_>, A2aError> {
+        let Some(owner) = caller.owner_filter() else {
+            return self.lock_loaded(shared).await;
+        };
+        let mut guard = self.state.lock().await;
+        let stored = shared
+            .store
+            .get_owned(&self.key.tenant, &self.key.id, owner)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| A2aError::TaskNotFound {
+                task_id: self.key.id.clone(),
+            })?;
+        if guard.is_none() {
             let state = stored.record.state();
             self.progress.send_modify(|p| p.state = state);
             *guard = Some(Loaded::new(stored.record, stored.version));

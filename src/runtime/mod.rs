@@ -14,8 +14,14 @@
 //! behind the current one ([`live::MAX_QUEUED_MESSAGES`]); nothing a
 //! request does waits for an executor.
 //!
+//! Every entry point takes the [`Caller`]: a `user` reaches only the tasks
+//! it created. Whether it may see a task is asked of the store with the
+//! owner in the lookup before anything else about the task is read, in
+//! memory or not, so another principal's task answers, and costs, what a
+//! missing one does (spec §13.1; `LiveTask::lock_visible`).
+//!
 //! A new message is deduplicated before any run starts (spec §3.3.1): the
-//! first request for a (tenant, message_id) claims it in memory, the store
+//! first request for a (tenant, caller, message_id) claims it in memory, the store
 //! is asked whether it already created a task, and concurrent repeats wait
 //! for the first one's answer, so the agent runs once.
 //!
@@ -83,7 +89,7 @@ use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Task, TaskState};
-use crate::store::{ListQuery, StoreError, TaskPage, TaskStore};
+use crate::store::{Caller, ListQuery, StoreError, TaskPage, TaskStore, origin_key};
 use live::{Author, LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
 
 /// How many events a subscriber may fall behind before it is resynchronised
@@ -144,8 +150,9 @@ pub(crate) struct Shared {
     /// foldhash, not SipHash: looked up on every request. An entry exists
     /// only while something holds its task (see the memory store's maps).
     live: Mutex<HashMap<TaskKey, Weak<LiveTask>, foldhash::fast::RandomState>>,
-    /// New messages being answered, by (tenant, message_id), with the
-    /// repeats waiting for that answer (idempotent sends).
+    /// New messages being answered, by (tenant, idempotency key: see
+    /// [`origin_key`]), with the repeats waiting for that answer
+    /// (idempotent sends).
     origins: Mutex<OriginWaiters>,
     /// Executor runs going on, by task (see `TaskManager::drain_runs`).
     pub(crate) running: tokio::sync::watch::Sender<HashMap<TaskKey, usize>>,
@@ -392,12 +399,14 @@ impl TaskManager {
     }
 
     /// Accepts a client message (already validated) for `tenant`.
-    /// With a `task_id` it continues that task; otherwise the agent decides
-    /// between a task and a direct reply. `subscribe` attaches the event
-    /// stream to the returned handle. Never waits for an executor run.
+    /// With a `task_id` it continues that task (one `caller` may see);
+    /// otherwise the agent decides between a task, owned by `caller`, and a
+    /// direct reply. `subscribe` attaches the event stream to the returned
+    /// handle. Never waits for an executor run.
     pub async fn send_message(
         &self,
         tenant: &str,
+        caller: &Caller,
         request: MessageRequest,
         history: HistoryLength,
         subscribe: bool,
@@ -418,28 +427,33 @@ impl TaskManager {
             accepted_output_modes: request.accepted_output_modes,
         };
         if request.message.task_id.is_empty() {
-            self.send_new(tenant, request, history, subscribe).await
+            self.send_new(tenant, caller, request, history, subscribe)
+                .await
         } else {
-            self.send_follow_up(tenant, request, history, subscribe)
+            self.send_follow_up(tenant, caller, request, history, subscribe)
                 .await
         }
     }
 
     /// A message without a task id. A repeat of one that already created a
-    /// task (same tenant and message_id, spec §3.3.1) is answered with that
-    /// task before any run starts; concurrent repeats wait for the first
-    /// one's answer. The store refusing a second task for the same message
-    /// stays the last word (see `RunSink::create_task`).
+    /// task (same tenant, caller and message_id, spec §3.3.1) is answered
+    /// with that task before any run starts; concurrent repeats wait for the
+    /// first one's answer. The store refusing a second task for the same
+    /// message stays the last word (see `RunSink::create_task`). Keys are
+    /// per caller ([`origin_key`]): another principal's message id is
+    /// neither found nor replayed.
     async fn send_new(
         &self,
         tenant: &str,
+        caller: &Caller,
         request: RunRequest,
         history: HistoryLength,
         subscribe: bool,
     ) -> Result<SendOutcome, A2aError> {
         let message_id = request.message.message_id.clone();
+        let origin = origin_key(&caller.name, &message_id);
         loop {
-            let claim = match self.shared.claim_origin(tenant, &message_id) {
+            let claim = match self.shared.claim_origin(tenant, &origin) {
                 Claim::First(claim) => claim,
                 Claim::Repeat(answer) => match answer.await {
                     Ok(OriginOutcome::Task(id)) => {
@@ -457,7 +471,7 @@ impl TaskManager {
             let existing = self
                 .shared
                 .store
-                .find_by_origin(tenant, &message_id)
+                .find_by_origin(tenant, &caller.name, &message_id)
                 .await
                 .map_err(store_error)?;
             if let Some(stored) = existing {
@@ -468,7 +482,16 @@ impl TaskManager {
                     .duplicate_handle(&self.shared, history, subscribe)
                     .await;
             }
-            return run::start_new(&self.shared, tenant, request, history, subscribe, claim).await;
+            return run::start_new(
+                &self.shared,
+                tenant,
+                &caller.name,
+                request,
+                history,
+                subscribe,
+                claim,
+            )
+            .await;
         }
     }
 
@@ -477,6 +500,7 @@ impl TaskManager {
     async fn send_follow_up(
         &self,
         tenant: &str,
+        caller: &Caller,
         request: RunRequest,
         history: HistoryLength,
         subscribe: bool,
@@ -484,7 +508,7 @@ impl TaskManager {
         let mut request = request;
         let message = &mut request.message;
         let live = self.live(tenant, &message.task_id);
-        let mut state = live.lock_loaded(&self.shared).await?;
+        let mut state = live.lock_visible(&self.shared, caller).await?;
         let loaded = state.as_mut().expect("loaded");
         // A repeat of a message the task already holds is answered with the
         // task, whatever its state, without a second run.
@@ -575,27 +599,47 @@ impl TaskManager {
         )))
     }
 
-    /// GetTask (spec §3.1.3).
+    /// GetTask (spec §3.1.3); a task `caller` may not see is not found.
     pub async fn get_task(
         &self,
         tenant: &str,
+        caller: &Caller,
         id: &str,
         history: HistoryLength,
     ) -> Result<Task, A2aError> {
-        let stored = self
-            .shared
-            .store
-            .get(tenant, id)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| A2aError::TaskNotFound {
-                task_id: id.to_owned(),
-            })?;
+        let store = &self.shared.store;
+        let stored = match caller.owner_filter() {
+            Some(owner) => store.get_owned(tenant, id, owner).await,
+            None => store.get(tenant, id).await,
+        }
+        .map_err(store_error)?
+        .ok_or_else(|| A2aError::TaskNotFound {
+            task_id: id.to_owned(),
+        })?;
         Ok(task_view(&stored.record.task, history, true))
     }
 
-    /// ListTasks (spec §3.1.4): one page of the tenant's committed tasks.
-    pub async fn list_tasks(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, A2aError> {
+    /// ListTasks (spec §3.1.4): one page of the tenant's committed tasks
+    /// that `caller` may see; a user's query carries its name as the owner
+    /// filter, whatever the query said, so pages and `total_size` count
+    /// only its tasks.
+    pub async fn list_tasks(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        query: &ListQuery,
+    ) -> Result<TaskPage, A2aError> {
+        let scoped;
+        let query = match caller.owner_filter() {
+            Some(owner) => {
+                scoped = ListQuery {
+                    owner: Some(owner.to_owned()),
+                    ..query.clone()
+                };
+                &scoped
+            }
+            None => query,
+        };
         self.shared
             .store
             .list(tenant, query)
@@ -609,11 +653,12 @@ impl TaskManager {
     pub async fn cancel_task(
         &self,
         tenant: &str,
+        caller: &Caller,
         id: &str,
         metadata: Option<Struct>,
     ) -> Result<Task, A2aError> {
         let live = self.live(tenant, id);
-        let state = live.lock_loaded(&self.shared).await?;
+        let state = live.lock_visible(&self.shared, caller).await?;
         let current = state.as_ref().expect("loaded").record.state();
         if current.is_terminal() {
             return Err(A2aError::TaskNotCancelable {
@@ -658,9 +703,14 @@ impl TaskManager {
 
     /// SubscribeToTask (spec §3.1.6): refused for a terminal task; otherwise
     /// a handle whose snapshot and events join without gap or repeat.
-    pub async fn subscribe(&self, tenant: &str, id: &str) -> Result<TaskHandle, A2aError> {
+    pub async fn subscribe(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<TaskHandle, A2aError> {
         let live = self.live(tenant, id);
-        let mut state = live.lock_loaded(&self.shared).await?;
+        let mut state = live.lock_visible(&self.shared, caller).await?;
         let loaded = state.as_mut().expect("loaded");
         let current = loaded.record.state();
         if current.is_terminal() {
@@ -782,8 +832,8 @@ impl TaskManager {
 impl Shared {
     /// Claims a new message for this request, or joins the request that
     /// claimed it first.
-    fn claim_origin(self: &Arc<Self>, tenant: &str, message_id: &str) -> Claim {
-        let key = (tenant.to_owned(), message_id.to_owned());
+    fn claim_origin(self: &Arc<Self>, tenant: &str, origin: &str) -> Claim {
+        let key = (tenant.to_owned(), origin.to_owned());
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(waiters) = origins.get_mut(&key) {
             let (tx, rx) = oneshot::channel();

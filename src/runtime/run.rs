@@ -25,6 +25,7 @@ use crate::lifecycle::HistoryLength;
 pub(super) async fn start_new(
     shared: &Arc<Shared>,
     tenant: &str,
+    owner: &str,
     request: RunRequest,
     history: HistoryLength,
     subscribe: bool,
@@ -58,6 +59,7 @@ pub(super) async fn start_new(
     };
     let mode = SinkMode::BeforeFirstEvent {
         message: Box::new(message),
+        owner: owner.to_owned(),
         history,
         subscribe,
         reply: Some(Reply::new(tx, Some(claim))),

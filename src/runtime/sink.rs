@@ -49,6 +49,8 @@ pub(crate) enum SinkMode {
     /// No event yet: a new message, waiting for what its run does first.
     BeforeFirstEvent {
         message: Box<Message>,
+        /// The principal sending it: the owner of the task it may create.
+        owner: String,
         history: HistoryLength,
         subscribe: bool,
         reply: Option<Reply>,
@@ -225,6 +227,7 @@ impl RunSink {
     async fn create_task(&self, mode: &mut SinkMode) -> Arc<LiveTask> {
         let SinkMode::BeforeFirstEvent {
             message,
+            owner,
             history,
             subscribe,
             reply,
@@ -239,7 +242,8 @@ impl RunSink {
             self.inner.context_id.clone(),
             *message,
             super::now(),
-        );
+        )
+        .owned_by(owner);
         let live = shared.live(key.clone());
         // A new id: no other run, no queue.
         live.begin_first_run(self.inner.cancel.clone());

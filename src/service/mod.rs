@@ -22,7 +22,7 @@ use std::sync::Arc;
 use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::{Authenticator, Principal};
+use crate::auth::{Authenticator, Principal, Role};
 use crate::discovery::Cards;
 use crate::error::A2aError;
 use crate::proto::a2a_service_server::A2aService;
@@ -34,6 +34,7 @@ use crate::proto::{
     SubscribeToTaskRequest, Task, TaskPushNotificationConfig,
 };
 use crate::runtime::TaskManager;
+use crate::store::Caller;
 
 /// A server stream of A2A events.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamResponse, Status>> + Send>>;
@@ -115,9 +116,10 @@ impl A2aGrpc {
         request: &Request<T>,
         tenant: &str,
         streaming: bool,
-    ) -> Result<(), Status> {
-        self.authenticate(request, tenant).await?;
-        Ok(self.cards.check(request.metadata(), tenant, streaming)?)
+    ) -> Result<Caller, Status> {
+        let principal = self.authenticate(request, tenant).await?;
+        self.cards.check(request.metadata(), tenant, streaming)?;
+        Ok(caller(principal))
     }
 
     /// [`A2aGrpc::check`] for SendMessage and SendStreamingMessage, plus the
@@ -126,15 +128,29 @@ impl A2aGrpc {
         &self,
         request: &Request<SendMessageRequest>,
         streaming: bool,
-    ) -> Result<(), Status> {
+    ) -> Result<Caller, Status> {
         let send = request.get_ref();
-        self.authenticate(request, &send.tenant).await?;
-        Ok(self.cards.check_send(
+        let principal = self.authenticate(request, &send.tenant).await?;
+        self.cards.check_send(
             request.metadata(),
             &send.tenant,
             streaming,
             send.message.as_ref(),
-        )?)
+        )?;
+        Ok(caller(principal))
+    }
+}
+
+/// Whom the runtime acts for (spec §13.1): a `user` sees only the tasks it
+/// created, an `admin` every task of the tenants it may use; without
+/// `--auth` everyone is the anonymous caller, who sees every task.
+fn caller(principal: Option<Principal>) -> Caller {
+    match principal {
+        None => Caller::ANONYMOUS,
+        Some(p) => Caller {
+            own_tasks_only: p.role == Role::User,
+            name: p.name,
+        },
     }
 }
 
@@ -144,8 +160,8 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<SendMessageResponse>, Status> {
-        self.check_send(&request, false).await?;
-        send::send_message(&self.manager, request.into_inner()).await
+        let caller = self.check_send(&request, false).await?;
+        send::send_message(&self.manager, &caller, request.into_inner()).await
     }
 
     type SendStreamingMessageStream = EventStream;
@@ -154,32 +170,35 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SendMessageRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        self.check_send(&request, true).await?;
-        send::send_streaming_message(&self.manager, request.into_inner()).await
+        let caller = self.check_send(&request, true).await?;
+        send::send_streaming_message(&self.manager, &caller, request.into_inner()).await
     }
 
     async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, false)
             .await?;
-        tasks::get_task(&self.manager, request.into_inner()).await
+        tasks::get_task(&self.manager, &caller, request.into_inner()).await
     }
 
     async fn list_tasks(
         &self,
         request: Request<ListTasksRequest>,
     ) -> Result<Response<ListTasksResponse>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, false)
             .await?;
-        tasks::list_tasks(&self.manager, request.into_inner()).await
+        tasks::list_tasks(&self.manager, &caller, request.into_inner()).await
     }
 
     async fn cancel_task(
         &self,
         request: Request<CancelTaskRequest>,
     ) -> Result<Response<Task>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, false)
             .await?;
-        tasks::cancel_task(&self.manager, request.into_inner()).await
+        tasks::cancel_task(&self.manager, &caller, request.into_inner()).await
     }
 
     type SubscribeToTaskStream = EventStream;
@@ -188,9 +207,10 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<SubscribeToTaskRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        self.check(&request, &request.get_ref().tenant, true)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, true)
             .await?;
-        tasks::subscribe_to_task(&self.manager, request.into_inner()).await
+        tasks::subscribe_to_task(&self.manager, &caller, request.into_inner()).await
     }
 
     async fn create_task_push_notification_config(

@@ -9,6 +9,7 @@ use crate::proto::{
 };
 use crate::runtime::stream::CloseAt;
 use crate::runtime::{SendOutcome, TaskManager};
+use crate::store::Caller;
 
 /// Blocking by default: returns once the task is terminal or interrupted
 /// (UNAVAILABLE when it cannot get there: shutdown, a failed write); with
@@ -16,11 +17,12 @@ use crate::runtime::{SendOutcome, TaskManager};
 /// follow-up as soon as the message is in its history.
 pub async fn send_message(
     manager: &TaskManager,
+    caller: &Caller,
     request: SendMessageRequest,
 ) -> Result<Response<SendMessageResponse>, Status> {
     let req = validate::send_request(request)?;
     let outcome = manager
-        .send_message(&req.tenant, req.request, req.history, false)
+        .send_message(&req.tenant, caller, req.request, req.history, false)
         .await?;
     let payload = match outcome {
         SendOutcome::Message(m) => send_message_response::Payload::Message(m),
@@ -40,11 +42,12 @@ pub async fn send_message(
 /// then its events, and closes at a terminal state or INPUT_REQUIRED.
 pub async fn send_streaming_message(
     manager: &TaskManager,
+    caller: &Caller,
     request: SendMessageRequest,
 ) -> Result<Response<EventStream>, Status> {
     let req = validate::send_request(request)?;
     let outcome = manager
-        .send_message(&req.tenant, req.request, req.history, true)
+        .send_message(&req.tenant, caller, req.request, req.history, true)
         .await?;
     let stream: EventStream = match outcome {
         SendOutcome::Message(m) => Box::pin(futures_util::stream::once(async move {

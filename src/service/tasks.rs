@@ -11,7 +11,7 @@ use crate::proto::{
 };
 use crate::runtime::TaskManager;
 use crate::runtime::stream::CloseAt;
-use crate::store::{Cursor, status_key};
+use crate::store::{Caller, Cursor, status_key};
 
 /// Encoded tasks one ListTasks response may carry: the message limit, less
 /// room for the response's other fields.
@@ -19,21 +19,25 @@ pub const MAX_PAGE_BYTES: usize = crate::proto::MAX_MESSAGE_BYTES - 64 * 1024;
 
 pub async fn get_task(
     manager: &TaskManager,
+    caller: &Caller,
     req: GetTaskRequest,
 ) -> Result<Response<Task>, Status> {
     validate::task_id(&req.tenant, &req.id)?;
     let history = validate::history_length(req.history_length)?;
     Ok(Response::new(
-        manager.get_task(&req.tenant, &req.id, history).await?,
+        manager
+            .get_task(&req.tenant, caller, &req.id, history)
+            .await?,
     ))
 }
 
 pub async fn list_tasks(
     manager: &TaskManager,
+    caller: &Caller,
     req: ListTasksRequest,
 ) -> Result<Response<ListTasksResponse>, Status> {
     let query = validate::list_request(&req)?;
-    let mut page = manager.list_tasks(&req.tenant, &query).await?;
+    let mut page = manager.list_tasks(&req.tenant, caller, &query).await?;
     // A page must fit in one response: tasks are bounded (MAX_TASK_BYTES)
     // but a page of them is not, so a page ends early, with a token for the
     // rest, once it would pass the response limit.
@@ -67,22 +71,24 @@ pub async fn list_tasks(
 
 pub async fn cancel_task(
     manager: &TaskManager,
+    caller: &Caller,
     req: CancelTaskRequest,
 ) -> Result<Response<Task>, Status> {
     validate::task_id(&req.tenant, &req.id)?;
     Ok(Response::new(
         manager
-            .cancel_task(&req.tenant, &req.id, req.metadata)
+            .cancel_task(&req.tenant, caller, &req.id, req.metadata)
             .await?,
     ))
 }
 
 pub async fn subscribe_to_task(
     manager: &TaskManager,
+    caller: &Caller,
     req: SubscribeToTaskRequest,
 ) -> Result<Response<EventStream>, Status> {
     validate::task_id(&req.tenant, &req.id)?;
-    let handle = manager.subscribe(&req.tenant, &req.id).await?;
+    let handle = manager.subscribe(&req.tenant, caller, &req.id).await?;
     let stream = manager
         .event_stream(handle, CloseAt::Terminal)
         .map(|item| item.map_err(Status::from));

@@ -226,6 +226,8 @@ pub fn list_request(req: &ListTasksRequest) -> Result<ListQuery, A2aError> {
     let history = history("history_length", req.history_length, &mut v);
     v.finish()?;
     Ok(ListQuery {
+        // Set by the runtime from the caller, never by the request.
+        owner: None,
         context_id: (!req.context_id.is_empty()).then(|| req.context_id.clone()),
         state,
         status_after: req.status_timestamp_after,

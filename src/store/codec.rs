@@ -16,6 +16,10 @@ struct StoredRecord {
     task: Option<Task>,
     #[prost(string, repeated, tag = "2")]
     sealed_artifacts: Vec<String>,
+    /// Absent (empty) in records written before owners were recorded, which
+    /// reads as a task created without authentication.
+    #[prost(string, tag = "3")]
+    owner: String,
 }
 
 pub fn encode(record: &TaskRecord) -> Vec<u8> {
@@ -23,11 +27,21 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
     // `StoredRecord`, so the task is not cloned into an owned message
     // first (that deep copy cost more than the encoding).
     use prost::encoding::{message, string};
+    // proto3: an empty owner is not written, as prost would not.
+    let owner = !record.owner.is_empty();
     let len = message::encoded_len(1, &record.task)
-        + string::encoded_len_repeated(2, &record.sealed_artifacts);
+        + string::encoded_len_repeated(2, &record.sealed_artifacts)
+        + if owner {
+            string::encoded_len(3, &record.owner)
+        } else {
+            0
+        };
     let mut buf = Vec::with_capacity(len);
     message::encode(1, &record.task, &mut buf);
     string::encode_repeated(2, &record.sealed_artifacts, &mut buf);
+    if owner {
+        string::encode(3, &record.owner, &mut buf);
+    }
     buf
 }
 
@@ -37,6 +51,7 @@ pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
     Ok(TaskRecord {
         task: stored.task.unwrap_or_default(),
         sealed_artifacts: stored.sealed_artifacts,
+        owner: stored.owner,
     })
 }
 
@@ -63,12 +78,18 @@ mod tests {
         let mut record = record;
         record.sealed_artifacts.push("a".into());
         assert_eq!(decode(&encode(&record)).unwrap(), record);
-        // Byte for byte the `StoredRecord` message: stored data stays readable.
-        let message = StoredRecord {
-            task: Some(record.task.clone()),
-            sealed_artifacts: record.sealed_artifacts.clone(),
-        };
-        assert_eq!(encode(&record), message.encode_to_vec());
+        // Byte for byte the `StoredRecord` message, with and without an
+        // owner: stored data stays readable.
+        for owner in ["", "ci-bot"] {
+            record.owner = owner.into();
+            let message = StoredRecord {
+                task: Some(record.task.clone()),
+                sealed_artifacts: record.sealed_artifacts.clone(),
+                owner: owner.into(),
+            };
+            assert_eq!(encode(&record), message.encode_to_vec());
+            assert_eq!(decode(&encode(&record)).unwrap(), record);
+        }
         assert!(decode(&[0xff, 0xff, 0xff]).is_err());
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::{
     Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, codec,
-    origin_message_id, time_key,
+    origin_key, origin_of, time_key,
 };
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::state_from_i32;
@@ -47,6 +47,8 @@ struct Entry {
     state: i32,
     status: TimeKey,
     context_id: Box<str>,
+    /// [`EncodedTask::owner`]: "" (no allocation) for most stores.
+    owner: Box<str>,
 }
 
 impl Entry {
@@ -57,6 +59,7 @@ impl Entry {
             state: task.state as i32,
             status: task.status,
             context_id: task.context_id.as_str().into(),
+            owner: task.owner.as_str().into(),
         }
     }
 
@@ -72,7 +75,7 @@ impl Entry {
 struct TenantTasks {
     by_id: FoldMap<Arc<str>, Entry>,
     order: BTreeSet<OrderKey>,
-    /// Creating message id -> task id (idempotent sends).
+    /// Idempotency key ([`super::origin_key`]) -> task id.
     by_origin: HashMap<Box<str>, Arc<str>>,
 }
 
@@ -96,7 +99,7 @@ fn poisoned<T>(_: T) -> StoreError {
 impl TaskStore for MemoryStore {
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         let entry = Entry::new(task, 1);
-        let origin = task.origin_message_id.as_str();
+        let origin = task.origin.as_str();
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let tasks = tenants.entry(tenant.to_owned()).or_default();
         let id: &str = &task.id;
@@ -126,15 +129,32 @@ impl TaskStore for MemoryStore {
             .transpose()
     }
 
-    async fn find_by_origin(
+    async fn get_owned(
         &self,
         tenant: &str,
-        message_id: &str,
+        task_id: &str,
+        owner: &str,
     ) -> Result<Option<StoredTask>, StoreError> {
         let tenants = self.tenants.read().map_err(poisoned)?;
         tenants
             .get(tenant)
-            .and_then(|t| t.by_id.get(t.by_origin.get(message_id)?))
+            .and_then(|t| t.by_id.get(task_id))
+            .filter(|e| !owner.is_empty() && &*e.owner == owner)
+            .map(Entry::stored)
+            .transpose()
+    }
+
+    async fn find_by_origin(
+        &self,
+        tenant: &str,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<Option<StoredTask>, StoreError> {
+        let key = origin_key(owner, message_id);
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        tenants
+            .get(tenant)
+            .and_then(|t| t.by_id.get(t.by_origin.get(key.as_str())?))
             .map(Entry::stored)
             .transpose()
     }
@@ -187,7 +207,12 @@ impl TaskStore for MemoryStore {
                 .context_id
                 .as_deref()
                 .is_none_or(|c| &*entry.context_id == c);
-            (state_ok && context_ok).then_some(entry)
+            // An empty owner owns nothing: unowned tasks are no user's.
+            let owner_ok = query
+                .owner
+                .as_deref()
+                .is_none_or(|o| !o.is_empty() && &*entry.owner == o);
+            (state_ok && context_ok && owner_ok).then_some(entry)
         };
         // The index is sorted newest first, so the timestamp filter is a
         // prefix of it.
@@ -273,9 +298,9 @@ impl TaskStore for MemoryStore {
                     // The creating message is read back from the record
                     // (purges are rare; an index field would cost every task).
                     let record = codec::decode(&entry.record)?;
-                    let origin = origin_message_id(&record);
+                    let origin = origin_of(&record);
                     if !origin.is_empty() {
-                        tasks.by_origin.remove(origin);
+                        tasks.by_origin.remove(origin.as_str());
                     }
                     purged += 1;
                 }

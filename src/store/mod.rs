@@ -1,7 +1,10 @@
 //! Task persistence: the [`TaskStore`] contract and its backends.
 //!
 //! A store keeps [`TaskRecord`]s keyed by (tenant, task id); tenants never
-//! see each other's tasks. Every stored task has a version that increases by
+//! see each other's tasks. Within a tenant, a caller limited to its own
+//! tasks ([`Caller`]) is served by reads that carry the owner in the key or
+//! the filter ([`TaskStore::get_owned`], [`ListQuery::owner`]), never by a
+//! read filtered afterwards (spec §13.1). Every stored task has a version that increases by
 //! one on each write, and [`TaskStore::update`] refuses a write made from a
 //! stale copy ([`StoreError::Conflict`]) instead of overwriting a newer state.
 //! Listing follows spec §3.1.4: newest status timestamp first, ties broken by
@@ -39,10 +42,51 @@ pub struct StoredTask {
     pub version: u64,
 }
 
+/// Who a request acts for within its tenant (spec §13.1): the name a task
+/// it creates records as its owner and its idempotency keys are scoped to,
+/// and whether it may see only the tasks it created.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The principal's name; "" on a server without authentication.
+    pub name: String,
+    /// A `user`: only its own tasks. An `admin`, and every caller of a
+    /// server without authentication, sees all of the tenant's tasks.
+    pub own_tasks_only: bool,
+}
+
+impl Caller {
+    /// The caller of a server without authentication: no name, every task.
+    pub const ANONYMOUS: Caller = Caller {
+        name: String::new(),
+        own_tasks_only: false,
+    };
+
+    /// The owner a read must be limited to, if any.
+    pub fn owner_filter(&self) -> Option<&str> {
+        self.own_tasks_only.then_some(self.name.as_str())
+    }
+}
+
+/// The idempotency key of a new task (spec §3.3.1), per principal so that
+/// one cannot learn or replay another's message ids: `message_id` alone
+/// for a task without an owner (what every task created before owners
+/// were recorded has), else the owner, length-prefixed so that no two
+/// (owner, message id) pairs share a key, then the message id.
+pub fn origin_key(owner: &str, message_id: &str) -> String {
+    if owner.is_empty() {
+        message_id.to_owned()
+    } else {
+        format!("{}:{owner}{message_id}", owner.len())
+    }
+}
+
 /// A ListTasks query, already validated. A `page_size` of 0 is read as
 /// [`DEFAULT_PAGE_SIZE`].
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
+    /// Only the tasks this principal created (a `user`'s listing; see
+    /// [`Caller::owner_filter`]); `Some("")` matches nothing.
+    pub owner: Option<String>,
     pub context_id: Option<String>,
     pub state: Option<TaskState>,
     /// Only tasks whose status timestamp is >= this (proto
@@ -108,8 +152,11 @@ pub struct EncodedTask {
     pub context_id: String,
     pub state: TaskState,
     pub status: TimeKey,
-    /// The creating message's id ("" for none): the idempotency key.
-    pub origin_message_id: String,
+    /// The principal that created the task ([`TaskRecord::owner`]).
+    pub owner: String,
+    /// The idempotency key ([`origin_key`] of the owner and the creating
+    /// message's id); "" for a task without a creating message.
+    pub origin: String,
 }
 
 impl EncodedTask {
@@ -120,7 +167,8 @@ impl EncodedTask {
             context_id: record.task.context_id.clone(),
             state: record.state(),
             status: status_key(&record.task),
-            origin_message_id: origin_message_id(record).to_owned(),
+            owner: record.owner.clone(),
+            origin: origin_of(record),
         }
     }
 
@@ -136,8 +184,9 @@ impl EncodedTask {
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new task at version 1. Fails with `AlreadyExists` if the id
     /// is taken, and with `DuplicateMessage` if the tenant already has a task
-    /// created by the same message (its first history message's id). The
-    /// runtime writes encoded records (see [`EncodedTask`]).
+    /// that the same owner created with the same message (its first history
+    /// message's id; [`origin_key`]). The runtime writes encoded records
+    /// (see [`EncodedTask`]).
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError>;
 
     /// [`create_encoded`](Self::create_encoded) from a record.
@@ -145,15 +194,27 @@ pub trait TaskStore: Send + Sync + 'static {
         self.create_encoded(tenant, &EncodedTask::new(record)).await
     }
 
-    /// The task that `message_id` created in `tenant`, if any.
+    /// The task that `owner` created in `tenant` with `message_id`, if any.
     async fn find_by_origin(
         &self,
         tenant: &str,
+        owner: &str,
         message_id: &str,
     ) -> Result<Option<StoredTask>, StoreError>;
 
     /// The task and its version, or `None`.
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError>;
+
+    /// The task and its version if `owner` created it, else `None`, as for
+    /// a task that does not exist: the owner is part of the lookup, so
+    /// another principal's task is never read (spec §13.1). The empty name
+    /// owns nothing (tasks created without authentication are no user's).
+    async fn get_owned(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Option<StoredTask>, StoreError>;
 
     /// Replaces the task if its stored version is still `expected_version`;
     /// returns the new version.
@@ -188,7 +249,7 @@ pub trait TaskStore: Send + Sync + 'static {
 }
 
 /// The id of the message that created a task: the first of its history
-/// (see [`TaskRecord::submitted`]); the idempotency key of new tasks.
+/// (see [`TaskRecord::submitted`]).
 pub fn origin_message_id(record: &TaskRecord) -> &str {
     record
         .task
@@ -196,6 +257,15 @@ pub fn origin_message_id(record: &TaskRecord) -> &str {
         .first()
         .map(|m| m.message_id.as_str())
         .unwrap_or("")
+}
+
+/// A task's idempotency key ([`origin_key`]); "" when it has no creating
+/// message.
+pub fn origin_of(record: &TaskRecord) -> String {
+    match origin_message_id(record) {
+        "" => String::new(),
+        message_id => origin_key(&record.owner, message_id),
+    }
 }
 
 /// The sort key of a task in ListTasks: its status timestamp as

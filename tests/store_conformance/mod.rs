@@ -46,6 +46,7 @@ mod list_pages;
 mod list_trimming;
 mod maintenance;
 mod origins;
+mod owners;
 mod tenants;
 
 pub use crud::*;
@@ -56,6 +57,7 @@ pub use list_pages::*;
 pub use list_trimming::*;
 pub use maintenance::*;
 pub use origins::*;
+pub use owners::*;
 pub use tenants::*;
 
 /// What every suite function receives: a fresh, empty store.
@@ -126,6 +128,10 @@ macro_rules! store_conformance_tests {
             // idempotency (origins.rs); recovery, retention (maintenance.rs)
             same_creating_message_is_a_duplicate_within_a_tenant_only,
             find_by_origin_finds_the_created_task,
+            // owners, spec §13.1 (owners.rs)
+            get_owned_finds_only_the_owners_task,
+            list_with_an_owner_sees_only_that_owners_tasks,
+            idempotency_keys_are_per_owner,
             active_tasks_lists_submitted_and_working_in_every_tenant,
             purge_deletes_only_old_terminal_tasks,
         );

@@ -32,7 +32,7 @@ pub async fn find_by_origin_finds_the_created_task(store: Store) {
     create(&store, T, &r).await;
     let origin = r.task.history[0].message_id.clone();
     let found = store
-        .find_by_origin(T, &origin)
+        .find_by_origin(T, "", &origin)
         .await
         .unwrap()
         .expect("found");
@@ -40,14 +40,14 @@ pub async fn find_by_origin_finds_the_created_task(store: Store) {
     assert_eq!(found.version, 1);
     assert!(
         store
-            .find_by_origin(T, "no-such-message")
+            .find_by_origin(T, "", "no-such-message")
             .await
             .unwrap()
             .is_none()
     );
     assert!(
         store
-            .find_by_origin("tenant-b", &origin)
+            .find_by_origin("tenant-b", "", &origin)
             .await
             .unwrap()
             .is_none()

@@ -2,6 +2,8 @@
 //! generated tonic client.
 #![allow(dead_code)]
 
+pub mod jwt;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

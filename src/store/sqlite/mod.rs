@@ -32,8 +32,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use rusqlite_migration::{M, Migrations};
 
 use super::{
-    Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec, status_key,
-    time_key,
+    Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec, origin_key,
+    status_key, time_key,
 };
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{StateClass, classify};
@@ -52,6 +52,7 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!(
         "../../../migrations/sqlite/0004_quarantine.sql"
     )),
+    M::up(include_str!("../../../migrations/sqlite/0005_owners.sql")),
 ];
 
 /// How long a statement waits for another connection's write lock before
@@ -80,6 +81,10 @@ const READER_STATEMENT_CACHE: usize = 48;
 const FIND_BY_ORIGIN: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = \
      (SELECT task_id FROM origins WHERE tenant = ?1 AND message_id = ?2)";
 const GET: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = ?2";
+/// A user's lookup: the owner is part of the key, so another principal's
+/// task is not read at all; the empty name owns nothing.
+const GET_OWNED: &str = "SELECT record, version FROM tasks \
+     WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
 
 /// Tasks in a SQLite database file.
 #[derive(Clone)]
@@ -370,7 +375,8 @@ fn row(tenant: &str, task: &EncodedTask) -> writer::Row {
         context_id: task.context_id.as_bytes().to_vec(),
         state: task.state as i32,
         status: task.status,
-        origin_message_id: task.origin_message_id.as_bytes().to_vec(),
+        owner: task.owner.as_bytes().to_vec(),
+        origin: task.origin.as_bytes().to_vec(),
         record: task.bytes.clone(),
     }
 }
@@ -386,6 +392,14 @@ fn stored(record: Vec<u8>, version: i64) -> Result<StoredTask, StoreError> {
 fn push_filters(sql: &mut Sql, tenant: &str, query: &ListQuery) {
     sql.push(" WHERE tenant = ")
         .bind(tenant.as_bytes().to_vec());
+    if let Some(owner) = &query.owner {
+        // The second term is the partial index's condition (migration
+        // 0005), repeated so the planner may use it; it also keeps an
+        // empty owner filter from listing the unowned tasks.
+        sql.push(" AND owner = ")
+            .bind(owner.as_bytes().to_vec())
+            .push(" AND owner <> x''");
+    }
     if let Some(context) = &query.context_id {
         sql.push(" AND context_id = ")
             .bind(context.as_bytes().to_vec());
@@ -439,13 +453,15 @@ fn page_query(select: &str, tenant: &str, query: &ListQuery, page_size: usize) -
 fn read_task(
     conn: &Connection,
     sql: &str,
-    key: [&[u8]; 2],
+    key: &[&[u8]],
 ) -> Result<Option<StoredTask>, StoreError> {
     let row: Option<(Vec<u8>, i64)> = conn
         .prepare_cached(sql)
         .and_then(|mut statement| {
             statement
-                .query_row(key, |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row(rusqlite::params_from_iter(key), |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
                 .optional()
         })
         .map_err(map_err)?;
@@ -474,14 +490,16 @@ impl TaskStore for SqliteStore {
     async fn find_by_origin(
         &self,
         tenant: &str,
+        owner: &str,
         message_id: &str,
     ) -> Result<Option<StoredTask>, StoreError> {
         if message_id.is_empty() {
             return Ok(None);
         }
+        let origin = origin_key(owner, message_id);
         // Memory first: see `WriterHandle::origin`. A new message (the
         // common case: this runs for every one) is answered without a query.
-        match self.writer.origin(tenant.as_bytes(), message_id.as_bytes()) {
+        match self.writer.origin(tenant.as_bytes(), origin.as_bytes()) {
             writer::OriginLookup::Absent => return Ok(None),
             writer::OriginLookup::Logged(id) => {
                 let id = String::from_utf8(id)
@@ -490,8 +508,25 @@ impl TaskStore for SqliteStore {
             }
             writer::OriginLookup::MaybeMerged => {}
         }
-        let key = [tenant.as_bytes().to_vec(), message_id.as_bytes().to_vec()];
-        self.read(move |conn| read_task(conn, FIND_BY_ORIGIN, [&key[0], &key[1]]))
+        let key = [tenant.as_bytes().to_vec(), origin.into_bytes()];
+        self.read(move |conn| read_task(conn, FIND_BY_ORIGIN, &[&key[0], &key[1]]))
+            .await
+    }
+
+    async fn get_owned(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Option<StoredTask>, StoreError> {
+        let key = [
+            tenant.as_bytes().to_vec(),
+            task_id.as_bytes().to_vec(),
+            owner.as_bytes().to_vec(),
+        ];
+        // No quarantine lookup: whose a set-aside record is cannot be read,
+        // so for a user it is as absent as any other task not its own.
+        self.read(move |conn| read_task(conn, GET_OWNED, &[&key[0], &key[1], &key[2]]))
             .await
     }
 
@@ -499,7 +534,7 @@ impl TaskStore for SqliteStore {
         let key = [tenant.as_bytes().to_vec(), task_id.as_bytes().to_vec()];
         let task_id = task_id.to_owned();
         self.read(move |conn| {
-            if let Some(task) = read_task(conn, GET, [&key[0], &key[1]])? {
+            if let Some(task) = read_task(conn, GET, &[&key[0], &key[1]])? {
                 return Ok(Some(task));
             }
             // Rare: a miss also looks among the records set aside.
@@ -690,6 +725,7 @@ mod tests {
             .list(
                 "ok",
                 &ListQuery {
+                    owner: None,
                     context_id: None,
                     state: None,
                     status_after: None,
@@ -717,7 +753,8 @@ mod tests {
             .join(format!("{}.db", uuid::Uuid::new_v4()));
         let store = SqliteStore::open(&path).await.unwrap();
         // Enough tasks that a scan or a walk would show: 2,000 in tenant
-        // "t" over two contexts and two states, one second apart.
+        // "t" over two contexts, two states and two owners ("u" and none),
+        // one second apart.
         const TASKS: i64 = 2000;
         let creates = (0..TASKS).map(|i| {
             let store = store.clone();
@@ -737,6 +774,9 @@ mod tests {
                 );
                 if i % 3 == 0 {
                     record.task.status.as_mut().unwrap().state = TaskState::Working as i32;
+                }
+                if i % 5 != 0 {
+                    record.owner = "u".into();
                 }
                 store.create("t", &record).await.unwrap();
             }
@@ -770,10 +810,14 @@ mod tests {
         }
 
         for (sql, key) in [
-            (GET, [b"t".to_vec(), b"task-01000".to_vec()]),
-            (FIND_BY_ORIGIN, [b"t".to_vec(), b"m1000".to_vec()]),
+            (GET, vec![b"t".to_vec(), b"task-01000".to_vec()]),
+            (FIND_BY_ORIGIN, vec![b"t".to_vec(), b"m1000".to_vec()]),
+            (
+                GET_OWNED,
+                vec![b"t".to_vec(), b"task-01001".to_vec(), b"u".to_vec()],
+            ),
         ] {
-            let values = key.map(Value::Blob);
+            let values: Vec<Value> = key.into_iter().map(Value::Blob).collect();
             let (rows, full_scan, sorts, _) = run(&conn, sql, &values);
             assert_eq!(rows, 1, "{sql}");
             assert_eq!((full_scan, sorts), (0, 0), "{sql}: scanned or sorted");
@@ -786,10 +830,11 @@ mod tests {
             status: (1_700_000_000 + 100, 0),
             task_id: "task-00100".into(),
         };
-        for context in [None, Some("c")] {
-            for state in [None, Some(TaskState::Working)] {
+        for (owner, context, state) in filter_combinations() {
+            {
                 for cursor in [None, Some(cursor.clone())] {
                     let query = ListQuery {
+                        owner: owner.map(String::from),
                         context_id: context.map(String::from),
                         state,
                         status_after: None,
@@ -800,7 +845,9 @@ mod tests {
                     };
                     let page = page_query("SELECT record FROM tasks", "t", &query, 10);
                     let (rows, full_scan, sorts, steps) = run(&conn, &page.text, &page.values);
-                    let case = format!("context {context:?}, state {state:?}, cursor {cursor:?}");
+                    let case = format!(
+                        "owner {owner:?}, context {context:?}, state {state:?}, cursor {cursor:?}"
+                    );
                     assert_eq!(rows, 11, "{case}");
                     assert_eq!((full_scan, sorts), (0, 0), "{case}: scanned or sorted");
                     // A walk over the skipped tasks costs several steps
@@ -809,7 +856,42 @@ mod tests {
                 }
             }
         }
+        // A user's listing reads the partial owner index (migration 0005):
+        // its term must be in the query for SQLite to take it.
+        let mine = ListQuery {
+            owner: Some("u".into()),
+            ..ListQuery::default()
+        };
+        let page = page_query("SELECT record FROM tasks", "t", &mine, 10);
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", page.text))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(&page.values), |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|step| step.contains("tasks_by_owner")),
+            "{plan:?}"
+        );
         drop(conn);
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// Every combination of the owner, context and state filters.
+    fn filter_combinations() -> Vec<(
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<TaskState>,
+    )> {
+        let mut all = Vec::new();
+        for owner in [None, Some("u")] {
+            for context in [None, Some("c")] {
+                for state in [None, Some(TaskState::Working)] {
+                    all.push((owner, context, state));
+                }
+            }
+        }
+        all
     }
 }

@@ -64,7 +64,10 @@ pub(super) struct Row {
     pub context_id: Vec<u8>,
     pub state: i32,
     pub status: (i64, i32),
-    pub origin_message_id: Vec<u8>,
+    pub owner: Vec<u8>,
+    /// The idempotency key (`store::origin_key`), in the
+    /// `origin_message_id` column; empty for none.
+    pub origin: Vec<u8>,
     pub record: std::sync::Arc<[u8]>,
 }
 
@@ -526,14 +529,13 @@ impl Origins {
     /// Records a new creating message (inside the batch's transaction).
     fn append(&mut self, db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
         db.prepare_cached("INSERT INTO origin_log (tenant, message_id, task_id) VALUES (?, ?, ?)")?
-            .execute(params![row.tenant, row.origin_message_id, row.id])?;
+            .execute(params![row.tenant, row.origin, row.id])?;
         write(&self.recent)
             .recent
             .entry(row.tenant.clone())
             .or_default()
-            .insert(row.origin_message_id.clone(), row.id.clone());
-        self.added
-            .push((row.tenant.clone(), row.origin_message_id.clone()));
+            .insert(row.origin.clone(), row.id.clone());
+        self.added.push((row.tenant.clone(), row.origin.clone()));
         Ok(())
     }
 
@@ -620,8 +622,8 @@ fn id_taken(db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<bool> {
 /// Inserts a new task, unless its id is taken or its creating message
 /// already created one; logs the creating message with it.
 fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result<Outcome, Failure> {
-    let has_origin = !row.origin_message_id.is_empty();
-    if has_origin && let Some(existing) = origins.find(db, &row.tenant, &row.origin_message_id)? {
+    let has_origin = !row.origin.is_empty();
+    if has_origin && let Some(existing) = origins.find(db, &row.tenant, &row.origin)? {
         // A taken id is reported first, as the insert would.
         return Ok(if id_taken(db, row)? {
             Outcome::IdTaken
@@ -632,8 +634,8 @@ fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result
     let inserted = db
         .prepare_cached(
             "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
-             status_nanos, origin_message_id, version, record) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
+             status_nanos, origin_message_id, owner, version, record) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
         )?
         .execute(params![
             row.tenant,
@@ -642,7 +644,8 @@ fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result
             row.state,
             row.status.0,
             row.status.1,
-            row.origin_message_id,
+            row.origin,
+            row.owner,
             &row.record[..],
         ]);
     match inserted {
