@@ -27,12 +27,24 @@
 //! - Every credential is first taken as an API key: its SHA-256 is
 //!   compared with every principal's, each comparison in constant time, so
 //!   the answer's timing says nothing about how close a guess was.
+//! - A client certificate verified by the TLS layer (`--tls-client-ca`)
+//!   names a principal too: its subject common name, else its first DNS
+//!   name ([`crate::connections::ClientCertificate`]). With an auth file the
+//!   name must be one of its principals (a principal may have no API key
+//!   and authenticate by certificate only), whose tenants and role apply;
+//!   with mutual TLS alone ([`Authenticator::client_certificates`]) every
+//!   verified client is a `user` of every tenant. A bearer credential, when
+//!   sent, is what authenticates.
+//! - [`Authenticator::reload`] re-reads the file (SIGHUP): requests already
+//!   authenticated keep their principal, the next ones use the new file,
+//!   and a file that does not load leaves the old one in force.
 //! - This module knows nothing of gRPC: the service maps [`AuthError`] to
 //!   UNAUTHENTICATED and a tenant a principal may not use to
 //!   PERMISSION_DENIED.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -106,6 +118,8 @@ pub enum AuthError {
     Malformed,
     #[error("unknown API key")]
     UnknownKey,
+    #[error("the client certificate's name {0:?} is no principal of this server")]
+    UnknownCertificate(String),
     #[error("the bearer token was refused: {0}")]
     InvalidToken(String),
 }
@@ -134,7 +148,8 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct PrincipalEntry {
     name: String,
-    api_key_sha256: String,
+    /// None: the principal authenticates by client certificate only.
+    api_key_sha256: Option<String>,
     tenants: Vec<String>,
     role: Role,
 }
@@ -162,19 +177,38 @@ struct JwtIssuer {
     admin_claim: String,
 }
 
+/// What one version of the auth file says.
+struct Rules {
+    keys: Vec<KeyPrincipal>,
+    /// Every principal of the file, by name: what a client certificate's
+    /// name is looked up in.
+    named: HashMap<String, Principal>,
+    jwt: Option<JwtIssuer>,
+    /// Mutual TLS without an auth file: a verified client is a `user` of
+    /// every tenant.
+    any_certificate: bool,
+}
+
 /// The principals of an auth file, ready to check credentials, and the
 /// limiter that slows a peer's repeated failures.
 pub struct Authenticator {
-    keys: Vec<KeyPrincipal>,
-    jwt: Option<JwtIssuer>,
+    /// Replaced whole by [`Authenticator::reload`]; each request reads the
+    /// version current when it arrives.
+    rules: RwLock<Arc<Rules>>,
+    /// The file it was loaded from, for reloads.
+    source: Option<PathBuf>,
     failures: FailureLimiter,
 }
 
 impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rules = self.rules();
         f.debug_struct("Authenticator")
-            .field("api_key_principals", &self.keys.len())
-            .field("jwt", &self.jwt.is_some())
+            .field("source", &self.source)
+            .field("api_key_principals", &rules.keys.len())
+            .field("principals", &rules.named.len())
+            .field("jwt", &rules.jwt.is_some())
+            .field("any_certificate", &rules.any_certificate)
             .finish()
     }
 }
@@ -182,6 +216,61 @@ impl std::fmt::Debug for Authenticator {
 impl Authenticator {
     /// Reads an auth file; a relative `jwks_file` is relative to it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let rules = Rules::load(path)?;
+        Ok(Authenticator {
+            rules: RwLock::new(Arc::new(rules)),
+            source: Some(path.to_owned()),
+            failures: FailureLimiter::default(),
+        })
+    }
+
+    /// Parses an auth file's text; `dir` resolves a relative `jwks_file`.
+    pub fn parse(text: &str, dir: &Path) -> Result<Self, String> {
+        Ok(Authenticator {
+            rules: RwLock::new(Arc::new(Rules::parse(text, dir)?)),
+            source: None,
+            failures: FailureLimiter::default(),
+        })
+    }
+
+    /// Mutual TLS without an auth file: every client whose certificate the
+    /// TLS layer verified is a `user` of every tenant, named by its
+    /// certificate; nothing else authenticates.
+    pub fn client_certificates() -> Self {
+        Authenticator {
+            rules: RwLock::new(Arc::new(Rules {
+                keys: Vec::new(),
+                named: HashMap::new(),
+                jwt: None,
+                any_certificate: true,
+            })),
+            source: None,
+            failures: FailureLimiter::default(),
+        }
+    }
+
+    /// Reads the auth file again (SIGHUP: key rotation) and puts it in
+    /// force for the requests that follow. On an error the file in force
+    /// stays. Without a file (mutual TLS alone, or parsed text) there is
+    /// nothing to reload: `Ok(false)`.
+    pub fn reload(&self) -> Result<bool, ConfigError> {
+        let Some(path) = &self.source else {
+            return Ok(false);
+        };
+        let rules = Arc::new(Rules::load(path)?);
+        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = rules;
+        Ok(true)
+    }
+
+    fn rules(&self) -> Arc<Rules> {
+        // Only a swap happens under the write lock; nothing can poison it
+        // half-done.
+        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Rules {
+    fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -194,51 +283,68 @@ impl Authenticator {
         })
     }
 
-    /// Parses an auth file's text; `dir` resolves a relative `jwks_file`.
-    pub fn parse(text: &str, dir: &Path) -> Result<Self, String> {
+    fn parse(text: &str, dir: &Path) -> Result<Self, String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
         let mut keys = Vec::with_capacity(file.principal.len());
+        let mut named = HashMap::with_capacity(file.principal.len());
         for entry in file.principal {
             // The name owns tasks: an empty one would own the tasks created
             // without authentication.
             if entry.name.is_empty() {
                 return Err("a principal has an empty name".into());
             }
-            let digest = parse_digest(&entry.api_key_sha256).ok_or_else(|| {
-                format!(
-                    "principal {:?}: api_key_sha256 must be 64 lowercase hex digits",
-                    entry.name
-                )
-            })?;
-            if keys.iter().any(|k: &KeyPrincipal| k.digest == digest) {
-                return Err(format!(
-                    "principal {:?}: another principal has the same API key",
-                    entry.name
-                ));
+            let principal = Principal {
+                name: entry.name,
+                tenants: Tenants::from_names(entry.tenants),
+                role: entry.role,
+            };
+            // One name, one principal: a certificate names exactly one.
+            if named.contains_key(&principal.name) {
+                return Err(format!("principal {:?} is listed twice", principal.name));
             }
-            keys.push(KeyPrincipal {
-                digest,
-                principal: Principal {
-                    name: entry.name,
-                    tenants: Tenants::from_names(entry.tenants),
-                    role: entry.role,
-                },
-            });
+            if let Some(hex) = &entry.api_key_sha256 {
+                let digest = parse_digest(hex).ok_or_else(|| {
+                    format!(
+                        "principal {:?}: api_key_sha256 must be 64 lowercase hex digits",
+                        principal.name
+                    )
+                })?;
+                if keys.iter().any(|k: &KeyPrincipal| k.digest == digest) {
+                    return Err(format!(
+                        "principal {:?}: another principal has the same API key",
+                        principal.name
+                    ));
+                }
+                keys.push(KeyPrincipal {
+                    digest,
+                    principal: principal.clone(),
+                });
+            }
+            named.insert(principal.name.clone(), principal);
         }
         let jwt = file.jwt.map(|jwt| JwtIssuer::load(jwt, dir)).transpose()?;
-        if keys.is_empty() && jwt.is_none() {
+        if named.is_empty() && jwt.is_none() {
             return Err("no principal and no [jwt]: nobody could authenticate".into());
         }
-        Ok(Authenticator {
+        Ok(Rules {
             keys,
+            named,
             jwt,
-            failures: FailureLimiter::default(),
+            any_certificate: false,
         })
     }
+}
 
+impl Authenticator {
     /// Whether bearer tokens may be JWTs (the file has `[jwt]`).
     pub fn accepts_jwt(&self) -> bool {
-        self.jwt.is_some()
+        self.rules().jwt.is_some()
+    }
+
+    /// Whether bearer credentials can authenticate at all (not mutual TLS
+    /// alone).
+    pub fn accepts_bearer(&self) -> bool {
+        !self.rules().any_certificate
     }
 
     /// Lets each peer fail `free` times per window before it is slowed
@@ -261,13 +367,14 @@ impl Authenticator {
             return Err(AuthError::Malformed);
         }
         let credential = bearer(value).ok_or(AuthError::Malformed)?;
+        let rules = self.rules();
         // The keys first, whatever the credential looks like: an API key
         // may have the shape of a JWT (three dot-separated parts).
-        if let Some(principal) = self.key_principal(credential) {
+        if let Some(principal) = rules.key_principal(credential) {
             return Ok(principal.clone());
         }
         if credential.split('.').count() == 3 {
-            return match &self.jwt {
+            return match &rules.jwt {
                 Some(issuer) => issuer.verify(credential),
                 None => Err(AuthError::InvalidToken(
                     "this server accepts no JWTs (no [jwt] in its auth file)".into(),
@@ -277,6 +384,39 @@ impl Authenticator {
         Err(AuthError::UnknownKey)
     }
 
+    /// The principal a request authenticates as: its `authorization` value
+    /// when it sends one, else the name of its verified client certificate
+    /// (see the module docs).
+    pub fn authenticate_request(
+        &self,
+        authorization: Option<&str>,
+        certificate: Option<&str>,
+    ) -> Result<Principal, AuthError> {
+        match (authorization, certificate) {
+            (None, Some(name)) => self.authenticate_certificate(name),
+            (authorization, _) => self.authenticate(authorization),
+        }
+    }
+
+    /// The principal a verified client certificate names.
+    pub fn authenticate_certificate(&self, name: &str) -> Result<Principal, AuthError> {
+        let rules = self.rules();
+        if rules.any_certificate && !name.is_empty() {
+            return Ok(Principal {
+                name: name.to_owned(),
+                tenants: Tenants::All,
+                role: Role::User,
+            });
+        }
+        rules
+            .named
+            .get(name)
+            .cloned()
+            .ok_or_else(|| AuthError::UnknownCertificate(name.to_owned()))
+    }
+}
+
+impl Rules {
     /// The principal whose API key `credential` is. Every principal is
     /// compared, each in constant time: neither the position of a match
     /// nor a near miss shows in the timing.

@@ -397,6 +397,10 @@ pub async fn serve<S>(
         connections.spawn(async move {
             let info = conn.connect_info();
             let Some(tls) = tls else {
+                let info = ConnInfo {
+                    tcp: info,
+                    client: None,
+                };
                 return serve_one(conn, info, service, builder, idle_timeout, draining, cut).await;
             };
             let accepted = tokio::select! {
@@ -405,6 +409,16 @@ pub async fn serve<S>(
             };
             match accepted {
                 Ok(Ok(stream)) => {
+                    // Verified by rustls against the client CA during the
+                    // handshake; only its name is read here.
+                    let client = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|cert| certificate_name(cert))
+                        .map(|name| ClientCertificate { name });
+                    let info = ConnInfo { tcp: info, client };
                     serve_one(stream, info, service, builder, idle_timeout, draining, cut).await
                 }
                 Ok(Err(e)) => {
@@ -433,49 +447,182 @@ pub async fn serve<S>(
 /// TLS on the port (`--tls-cert`, `--tls-key`): rustls, so TLS 1.2 and 1.3
 /// only (older versions are not implemented at all), with ALPN offering
 /// HTTP/2 and HTTP/1.1 so gRPC and the cards share the port as in plain
-/// text.
+/// text. With `--tls-client-ca`, client certificates are verified against
+/// that CA (mutual TLS) and name their principal ([`ClientCertificate`]).
+///
+/// [`Tls::reload`] reads the files again (SIGHUP: certificate rotation):
+/// each new connection takes the configuration current when it arrives,
+/// and connections already open keep theirs.
 pub struct Tls {
-    acceptor: tokio_rustls::TlsAcceptor,
+    config: std::sync::RwLock<Arc<rustls::ServerConfig>>,
+    files: Option<TlsFiles>,
+    clients: ClientCerts,
+}
+
+/// Where [`Tls`] reads its certificate, key and client CA from.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// `--tls-client-ca`: mutual TLS.
+    pub client_ca: Option<std::path::PathBuf>,
+}
+
+/// Whether clients present certificates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCerts {
+    /// No client certificates are asked for.
+    None,
+    /// Asked for and verified when sent; a client may authenticate by a
+    /// bearer credential instead (mutual TLS beside `--auth`).
+    Optional,
+    /// A connection without a verified client certificate fails its
+    /// handshake (mutual TLS as the only authentication).
+    Required,
+}
+
+/// The principal name of the verified client certificate a request came
+/// with: the certificate's subject common name, else its first DNS
+/// subject alternative name. Put in the request's extensions; absent when
+/// the client sent no certificate or one naming nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertificate {
+    pub name: String,
 }
 
 impl Tls {
-    /// A certificate chain and its private key, both PEM files.
-    pub fn from_pem_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, String> {
-        let read = |path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-        };
-        Self::from_pem(&read(cert)?, &read(key)?)
-            .map_err(|e| format!("{} / {}: {e}", cert.display(), key.display()))
-    }
-
-    /// A certificate chain and its private key, PEM.
-    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Self, String> {
-        use rustls_pki_types::pem::PemObject;
-        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-        let chain = CertificateDer::pem_slice_iter(cert)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("certificate: {e}"))?;
-        if chain.is_empty() {
-            return Err("no certificate in the certificate file".into());
-        }
-        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("private key: {e}"))?;
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("certificate and key: {e}"))?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    /// A certificate chain and its private key, both PEM files, and a
+    /// client CA for mutual TLS (`clients` is then Optional or Required).
+    pub fn from_files(files: TlsFiles, clients: ClientCerts) -> Result<Self, String> {
+        let config = Self::load(&files, clients)?;
         Ok(Tls {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            config: std::sync::RwLock::new(config),
+            files: Some(files),
+            clients,
         })
     }
 
-    fn accept(&self, conn: Conn) -> tokio_rustls::Accept<Conn> {
-        self.acceptor.accept(conn)
+    /// A certificate chain and its private key, PEM; no client
+    /// certificates.
+    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Self, String> {
+        Ok(Tls {
+            config: std::sync::RwLock::new(server_config(cert, key, None, ClientCerts::None)?),
+            files: None,
+            clients: ClientCerts::None,
+        })
     }
+
+    /// Reads the files again and makes them the configuration of new
+    /// connections; on an error the one in force stays. `Ok(false)` when
+    /// there are no files to read.
+    pub fn reload(&self) -> Result<bool, String> {
+        let Some(files) = &self.files else {
+            return Ok(false);
+        };
+        let config = Self::load(files, self.clients)?;
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        Ok(true)
+    }
+
+    /// Whether client certificates are asked for (the cards then declare
+    /// the mutual TLS scheme).
+    pub fn client_certs(&self) -> ClientCerts {
+        self.clients
+    }
+
+    fn load(files: &TlsFiles, clients: ClientCerts) -> Result<Arc<rustls::ServerConfig>, String> {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        let ca = files.client_ca.as_deref().map(read).transpose()?;
+        server_config(
+            &read(&files.cert)?,
+            &read(&files.key)?,
+            ca.as_deref(),
+            clients,
+        )
+        .map_err(|e| format!("{} / {}: {e}", files.cert.display(), files.key.display()))
+    }
+
+    fn accept(&self, conn: Conn) -> tokio_rustls::Accept<Conn> {
+        let config = self
+            .config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        tokio_rustls::TlsAcceptor::from(config).accept(conn)
+    }
+}
+
+/// The rustls configuration of [`Tls`].
+fn server_config(
+    cert: &[u8],
+    key: &[u8],
+    client_ca: Option<&[u8]>,
+    clients: ClientCerts,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("certificate: {e}"))?;
+    if chain.is_empty() {
+        return Err("no certificate in the certificate file".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("private key: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?;
+    let builder = match (clients, client_ca) {
+        (ClientCerts::None, _) => builder.with_no_client_auth(),
+        (_, None) => return Err("mutual TLS needs a client CA (--tls-client-ca)".into()),
+        (clients, Some(ca)) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca) {
+                let cert = cert.map_err(|e| format!("client CA: {e}"))?;
+                roots.add(cert).map_err(|e| format!("client CA: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err("no certificate in the client CA file".into());
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            );
+            let verifier = match clients {
+                ClientCerts::Optional => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            builder
+                .with_client_cert_verifier(verifier.build().map_err(|e| format!("client CA: {e}"))?)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("certificate and key: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The principal name a verified client certificate carries: its subject
+/// common name, else its first DNS subject alternative name.
+fn certificate_name(der: &[u8]) -> Option<String> {
+    use x509_parser::extensions::GeneralName;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let common_name = cert
+        .subject()
+        .iter_common_name()
+        .find_map(|cn| cn.as_str().ok())
+        .filter(|cn| !cn.is_empty());
+    if let Some(cn) = common_name {
+        return Some(cn.to_owned());
+    }
+    let san = cert.subject_alternative_name().ok()??;
+    san.value.general_names.iter().find_map(|name| match name {
+        GeneralName::DNSName(dns) if !dns.is_empty() => Some((*dns).to_owned()),
+        _ => None,
+    })
 }
 
 /// hyper's HTTP/1.1 and HTTP/2 server connections under `limits`.
@@ -499,7 +646,7 @@ fn builder(limits: &ConnectionLimits) -> ConnBuilder<TokioExecutor> {
 /// dropping it when the grace is over.
 async fn serve_one<IO, S>(
     io: IO,
-    connect_info: TcpConnectInfo,
+    connect_info: ConnInfo,
     service: S,
     builder: Arc<ConnBuilder<TokioExecutor>>,
     idle_timeout: Duration,
@@ -608,13 +755,21 @@ impl Drop for InFlight {
     }
 }
 
+/// What every request of a connection is told about it.
+#[derive(Clone)]
+struct ConnInfo {
+    tcp: TcpConnectInfo,
+    client: Option<ClientCertificate>,
+}
+
 /// The per-connection service: counts requests in flight, gives each the
-/// connection's addresses and applies the client's `grpc-timeout`.
+/// connection's addresses and client certificate, and applies the client's
+/// `grpc-timeout`.
 #[derive(Clone)]
 struct Counted<S> {
     inner: S,
     activity: Arc<Activity>,
-    connect_info: TcpConnectInfo,
+    connect_info: ConnInfo,
 }
 
 impl<S> Service<Request<Incoming>> for Counted<S>
@@ -633,7 +788,12 @@ where
     fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::new(self.activity.clone());
         let deadline = grpc_timeout(request.headers());
-        request.extensions_mut().insert(self.connect_info.clone());
+        request
+            .extensions_mut()
+            .insert(self.connect_info.tcp.clone());
+        if let Some(client) = &self.connect_info.client {
+            request.extensions_mut().insert(client.clone());
+        }
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = match deadline {

@@ -68,23 +68,31 @@ pub struct DiscoveryConfig {
 /// What the cards declare of the server's authentication.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CardSecurity {
+    /// Bearer credentials authenticate (`--auth`).
+    pub bearer: bool,
     /// Bearer tokens may be JWTs (`[jwt]` in the auth file), not only API
     /// keys.
     pub jwt: bool,
+    /// Client certificates authenticate (`--tls-client-ca`).
+    pub mtls: bool,
 }
 
 /// The name of the bearer scheme in `securitySchemes`.
 pub const BEARER_SCHEME: &str = "bearer";
+/// The name of the mutual TLS scheme in `securitySchemes`.
+pub const MTLS_SCHEME: &str = "mtls";
 
 impl CardSecurity {
-    /// Declares the scheme on `card` and requires it, replacing what the
-    /// agent declared: the server enforces this scheme on every call.
+    /// Declares the schemes on `card` and requires one of them (each
+    /// requirement is an alternative), replacing what the agent declared:
+    /// the server enforces these on every call.
     fn declare(&self, card: &mut AgentCard) {
         use crate::proto::{
-            HttpAuthSecurityScheme, SecurityRequirement, SecurityScheme, StringList,
-            security_scheme::Scheme,
+            HttpAuthSecurityScheme, MutualTlsSecurityScheme, SecurityRequirement, SecurityScheme,
+            StringList, security_scheme::Scheme,
         };
-        let scheme = HttpAuthSecurityScheme {
+        let mut schemes = Vec::new();
+        let bearer = HttpAuthSecurityScheme {
             description: if self.jwt {
                 "An API key or a JWT, as `authorization: Bearer <token>`.".into()
             } else {
@@ -97,19 +105,36 @@ impl CardSecurity {
                 String::new()
             },
         };
-        card.security_schemes = [(
-            BEARER_SCHEME.to_owned(),
-            SecurityScheme {
-                scheme: Some(Scheme::HttpAuthSecurityScheme(scheme)),
-            },
-        )]
-        .into_iter()
-        .collect();
-        card.security_requirements = vec![SecurityRequirement {
-            schemes: [(BEARER_SCHEME.to_owned(), StringList::default())]
-                .into_iter()
-                .collect(),
-        }];
+        if self.bearer {
+            schemes.push((BEARER_SCHEME, Scheme::HttpAuthSecurityScheme(bearer)));
+        }
+        if self.mtls {
+            let mtls = MutualTlsSecurityScheme {
+                description: "A client certificate from the server's client CA; its subject \
+                              common name (else its first DNS name) is the principal."
+                    .into(),
+            };
+            schemes.push((MTLS_SCHEME, Scheme::MtlsSecurityScheme(mtls)));
+        }
+        card.security_requirements = schemes
+            .iter()
+            .map(|(name, _)| SecurityRequirement {
+                schemes: [(name.to_string(), StringList::default())]
+                    .into_iter()
+                    .collect(),
+            })
+            .collect();
+        card.security_schemes = schemes
+            .into_iter()
+            .map(|(name, scheme)| {
+                (
+                    name.to_owned(),
+                    SecurityScheme {
+                        scheme: Some(scheme),
+                    },
+                )
+            })
+            .collect();
     }
 }
 

@@ -134,6 +134,12 @@ enum Command {
         /// The certificate's private key (PEM).
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<std::path::PathBuf>,
+        /// CA certificates (PEM) for mutual TLS: a client certificate they
+        /// verify names its principal (subject CN, else first DNS name).
+        /// Without --auth, every such client is a user of every tenant and
+        /// the certificate is required.
+        #[arg(long, requires = "tls_cert")]
+        tls_client_ca: Option<std::path::PathBuf>,
         /// The agent serving requests without a tenant.
         #[arg(
             long,
@@ -317,16 +323,22 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             insecure_open,
             tls_cert,
             tls_key,
+            tls_client_ca,
             default_agent,
             connections,
         } => {
             // Secure by default (spec §13.1): a server others can reach
             // must know who calls it.
-            if auth.is_none() && !listen.ip().is_loopback() && !insecure_open {
+            if auth.is_none()
+                && tls_client_ca.is_none()
+                && !listen.ip().is_loopback()
+                && !insecure_open
+            {
                 return Err(format!(
                     "refusing to serve {listen} without --auth: anyone who can reach it could \
-                     read, cancel and continue every task. Give --auth FILE (README, Security), \
-                     listen on a loopback address, or pass --insecure-open to serve it open."
+                     read, cancel and continue every task. Give --auth FILE or --tls-client-ca \
+                     (README, Security), listen on a loopback address, or pass --insecure-open \
+                     to serve it open."
                 )
                 .into());
             }
@@ -336,9 +348,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .transpose()?;
             let tls = match (tls_cert, tls_key) {
-                (Some(cert), Some(key)) => Some(std::sync::Arc::new(
-                    a2a_lifecycle::connections::Tls::from_pem_files(&cert, &key)?,
-                )),
+                (Some(cert), Some(key)) => {
+                    use a2a_lifecycle::connections::{ClientCerts, Tls, TlsFiles};
+                    let clients = match (&tls_client_ca, &auth) {
+                        (None, _) => ClientCerts::None,
+                        (Some(_), Some(_)) => ClientCerts::Optional,
+                        (Some(_), None) => ClientCerts::Required,
+                    };
+                    let files = TlsFiles {
+                        cert,
+                        key,
+                        client_ca: tls_client_ca,
+                    };
+                    Some(std::sync::Arc::new(Tls::from_files(files, clients)?))
+                }
                 _ => None,
             };
             let extended_card = extended_card
@@ -379,6 +402,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 tls,
             };
             a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
+            reload_on_hangup(parts.auth.clone(), parts.tls.clone())?;
             serve(listener, parts, shutdown_signal())
                 .await
                 .map_err(|e| e as Box<dyn std::error::Error>)?;
@@ -552,4 +576,25 @@ fn parse_retain(text: &str) -> Result<Retain, String> {
             .map(|d| Retain(Some(d)))
             .map_err(|e| e.to_string()),
     }
+}
+
+/// SIGHUP reloads the auth file and the TLS files (key and certificate
+/// rotation) without dropping a connection; see [`a2a_lifecycle::server::reload`].
+fn reload_on_hangup(
+    auth: Option<Arc<a2a_lifecycle::auth::Authenticator>>,
+    tls: Option<Arc<connections::Tls>>,
+) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = signal(SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                a2a_lifecycle::server::reload(auth.as_deref(), tls.as_deref());
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    drop((auth, tls));
+    Ok(())
 }

@@ -17,7 +17,7 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::agent::AgentRouter;
 use crate::auth::Authenticator;
-use crate::connections::{self, ConnectionLimits};
+use crate::connections::{self, ClientCerts, ConnectionLimits};
 use crate::discovery::{Cards, DiscoveryConfig};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::a2a_service_server::A2aServiceServer;
@@ -144,7 +144,9 @@ pub async fn serve_manager_secured(
 }
 
 /// [`serve_manager_secured`], over TLS when `tls` is given
-/// ([`connections::Tls`]): gRPC and the cards on the same port.
+/// ([`connections::Tls`]): gRPC and the cards on the same port. With
+/// client certificates and no `auth`, the certificates are the
+/// authentication ([`Authenticator::client_certificates`]).
 pub async fn serve_manager_tls(
     listener: TcpListener,
     manager: TaskManager,
@@ -155,9 +157,21 @@ pub async fn serve_manager_tls(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut discovery = discovery;
+    let client_certs = tls
+        .as_ref()
+        .map_or(ClientCerts::None, |tls| tls.client_certs());
+    // Mutual TLS alone: a verified client certificate is the credential.
+    let auth = match (auth, client_certs) {
+        (None, ClientCerts::Required | ClientCerts::Optional) => {
+            Some(Arc::new(Authenticator::client_certificates()))
+        }
+        (auth, _) => auth,
+    };
     if let Some(auth) = &auth {
         discovery.security = Some(crate::discovery::CardSecurity {
+            bearer: auth.accepts_bearer(),
             jwt: auth.accepts_jwt(),
+            mtls: client_certs != ClientCerts::None,
         });
     }
     let cards = Arc::new(Cards::build(
@@ -287,4 +301,34 @@ pub async fn shutdown_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
+}
+
+/// Reads the auth file and the TLS files again and puts them in force for
+/// new requests and connections (SIGHUP: key and certificate rotation);
+/// connections and streams already open are left as they are. What does
+/// not load is logged and the version in force stays. Returns whether
+/// everything given reloaded.
+pub fn reload(auth: Option<&Authenticator>, tls: Option<&connections::Tls>) -> bool {
+    let mut ok = true;
+    if let Some(auth) = auth {
+        match auth.reload() {
+            Ok(true) => tracing::info!("reloaded the auth file"),
+            Ok(false) => {}
+            Err(e) => {
+                ok = false;
+                tracing::error!(error = %e, "auth file not reloaded; the previous one stays in force");
+            }
+        }
+    }
+    if let Some(tls) = tls {
+        match tls.reload() {
+            Ok(true) => tracing::info!("reloaded the TLS certificate, key and client CA"),
+            Ok(false) => {}
+            Err(e) => {
+                ok = false;
+                tracing::error!(error = %e, "TLS files not reloaded; the previous ones stay in force");
+            }
+        }
+    }
+    ok
 }

@@ -1,7 +1,9 @@
 //! Every caller scoped to what it may see (issue "security", spec §13.1),
 //! over real gRPC: a matrix of principals (two users and an admin of one
-//! tenant, a JWT user, a user of another tenant, no credentials, a wrong
-//! key, a forged and an expired JWT) times every RPC, counting leaks.
+//! tenant, a JWT user, mTLS clients, a user of another tenant, no
+//! credentials, a wrong key, a forged and an expired JWT) times every RPC,
+//! counting leaks. The server runs over TLS with client certificates
+//! optional beside `--auth`, as an operator would run it.
 //!
 //! A leak is any answer that tells a caller more than it may know: a task
 //! it may not see answered otherwise than a task that does not exist (code,
@@ -23,8 +25,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
+use a2a_lifecycle::connections::ClientCerts;
+use support::certs::{Ca, Pair, channel, serve_tls};
 use support::jwt::{claims, fixtures, key_digest, now, sign};
-use support::{TestServer, request, user_message, within};
+use support::{request, user_message, within};
 
 /// The tenant the matrix runs in: its agent asks for input first, so every
 /// task stays open to follow-ups, subscriptions and cancellation.
@@ -41,6 +45,7 @@ fn auth_file() -> String {
         + &principal("bob", "[\"code-reviewer\"]", "user")
         + &principal("root", "[\"code-reviewer\"]", "admin")
         + &principal("eve", "[\"deployer\"]", "user")
+        + "[[principal]]\nname = \"mallory\"\ntenants = [\"code-reviewer\"]\nrole = \"user\"\n\n"
         + "[jwt]\nissuer = \"https://id.example.test\"\naudience = \"a2a-lifecycle\"\n\
            jwks_file = \"jwks.json\"\ntenants_claim = \"tenants\"\nadmin_claim = \"a2a_admin\"\n"
 }
@@ -84,11 +89,13 @@ enum Expect {
 struct Who {
     name: &'static str,
     token: Option<String>,
+    /// A client certificate from the server's client CA.
+    cert: Option<Pair>,
     tenant: &'static str,
     expect: Expect,
 }
 
-fn callers() -> Vec<Who> {
+fn callers(ca: &Ca) -> Vec<Who> {
     let jwt = |sub: &str, edit: &dyn Fn(&mut serde_json::Value), key: &str| {
         let claims = claims(sub, |c| {
             c["tenants"] = serde_json::json!([TENANT]);
@@ -104,54 +111,84 @@ fn callers() -> Vec<Who> {
             token: key("alice"),
             tenant: TENANT,
             expect: Expect::Sees,
+            cert: None,
+        },
+        Who {
+            name: "alice by her client certificate",
+            token: None,
+            tenant: TENANT,
+            expect: Expect::Sees,
+            cert: Some(ca.client(Some("alice"), &[])),
+        },
+        Who {
+            name: "mallory (an mTLS client of the tenant)",
+            token: None,
+            tenant: TENANT,
+            expect: Expect::Hidden,
+            cert: Some(ca.client(Some("mallory"), &[])),
+        },
+        Who {
+            name: "an mTLS client no principal of the file",
+            token: None,
+            tenant: TENANT,
+            expect: Expect::Denied(Code::Unauthenticated),
+            cert: Some(ca.client(Some("stranger"), &["stranger.example.test"])),
         },
         Who {
             name: "root (admin of the tenant)",
             token: key("root"),
             tenant: TENANT,
             expect: Expect::Sees,
+            cert: None,
         },
         Who {
             name: "bob (another user of the tenant)",
             token: key("bob"),
             tenant: TENANT,
             expect: Expect::Hidden,
+            cert: None,
         },
         Who {
             name: "carol (a JWT user of the tenant)",
             token: jwt("carol", &none, "rs256-test-key.pem"),
             tenant: TENANT,
             expect: Expect::Hidden,
+            cert: None,
         },
         Who {
             name: "eve (a user of another tenant), in hers",
             token: key("eve"),
             tenant: "deployer",
             expect: Expect::Hidden,
+            cert: None,
         },
         Who {
             name: "eve, in alice's tenant",
             token: key("eve"),
             tenant: TENANT,
             expect: Expect::Denied(Code::PermissionDenied),
+            cert: None,
         },
         Who {
             name: "no credentials",
             token: None,
             tenant: TENANT,
             expect: Expect::Denied(Code::Unauthenticated),
+            cert: None,
         },
         Who {
             name: "a wrong key",
             token: Some("alice-key-guessed".into()),
             tenant: TENANT,
             expect: Expect::Denied(Code::Unauthenticated),
+            cert: None,
         },
         Who {
             name: "a forged JWT naming alice",
             token: jwt("alice", &none, "forger-test-key.pem"),
             tenant: TENANT,
             expect: Expect::Denied(Code::Unauthenticated),
+            cert: None,
         },
         Who {
             name: "an expired JWT naming alice",
@@ -165,6 +202,7 @@ fn callers() -> Vec<Who> {
             ),
             tenant: TENANT,
             expect: Expect::Denied(Code::Unauthenticated),
+            cert: None,
         },
     ]
 }
@@ -364,16 +402,26 @@ async fn listed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_caller_reaches_a_task_it_may_not_see() {
-    let server = TestServer::start_auth(authenticator()).await;
-    let channel = server.channel().await;
-    let mut alice = client(&channel, Some("alice-key".into()));
+    let ca = Ca::new();
+    let server = serve_tls(
+        &ca,
+        &ca.server(),
+        ClientCerts::Optional,
+        Some(authenticator()),
+    )
+    .await;
+    let plain = channel(server.port, &ca.pem(), None).await.unwrap();
+    let mut alice = client(&plain, Some("alice-key".into()));
     let mut leaks: Vec<String> = Vec::new();
     let mut calls = 0;
     // Who created which task, for the listings at the end.
     let mut owned: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
 
-    for who in callers() {
-        let mut c = client(&channel, who.token.clone());
+    for who in callers(&ca) {
+        let ch = channel(server.port, &ca.pem(), who.cert.as_ref())
+            .await
+            .unwrap();
+        let mut c = client(&ch, who.token.clone());
         for rpc in TASK_RPCS {
             let task = alices_task(&mut alice).await;
             owned.entry("alice").or_default().insert(task.id.clone());
@@ -454,7 +502,7 @@ async fn no_caller_reaches_a_task_it_may_not_see() {
     let req = || request(TENANT, shared.clone(), true);
     let first = within("send", send_task_as(&mut alice, req())).await;
     for (name, key) in [("bob", "bob-key"), ("root", "root-key")] {
-        let mut c = client(&channel, Some(key.into()));
+        let mut c = client(&plain, Some(key.into()));
         let theirs = within("send", send_task_as(&mut c, req())).await;
         calls += 1;
         if theirs.id == first.id {
@@ -470,7 +518,7 @@ async fn no_caller_reaches_a_task_it_may_not_see() {
 
     // Each user lists exactly its own tasks; the admin lists them all.
     for (name, key) in [("alice", "alice-key"), ("bob", "bob-key")] {
-        let mut c = client(&channel, Some(key.into()));
+        let mut c = client(&plain, Some(key.into()));
         let (ids, total) = listed(&mut c, TENANT).await.unwrap();
         let mut expected = owned.get(name).cloned().unwrap_or_default();
         if name == "alice" {
@@ -484,7 +532,7 @@ async fn no_caller_reaches_a_task_it_may_not_see() {
             ));
         }
     }
-    let mut root = client(&channel, Some("root-key".into()));
+    let mut root = client(&plain, Some("root-key".into()));
     let (all, _) = listed(&mut root, TENANT).await.unwrap();
     assert!(
         owned.values().all(|ids| ids.is_subset(&all)),
@@ -512,10 +560,19 @@ async fn send_task_as(c: &mut Client, req: SendMessageRequest) -> Task {
 /// the principal may use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_extended_card_needs_a_principal_of_the_tenant() {
-    let server = TestServer::start_auth(authenticator()).await;
-    let channel = server.channel().await;
-    for who in callers() {
-        let mut c = client(&channel, who.token.clone());
+    let ca = Ca::new();
+    let server = serve_tls(
+        &ca,
+        &ca.server(),
+        ClientCerts::Optional,
+        Some(authenticator()),
+    )
+    .await;
+    for who in callers(&ca) {
+        let ch = channel(server.port, &ca.pem(), who.cert.as_ref())
+            .await
+            .unwrap();
+        let mut c = client(&ch, who.token.clone());
         let answer = within(
             "extended card",
             c.get_extended_agent_card(GetExtendedAgentCardRequest {

@@ -23,6 +23,7 @@ use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Authenticator, Principal, Role};
+use crate::connections::ClientCertificate;
 use crate::discovery::Cards;
 use crate::error::A2aError;
 use crate::proto::a2a_service_server::A2aService;
@@ -83,7 +84,12 @@ impl A2aGrpc {
             .metadata()
             .get("authorization")
             .map(|v| v.to_str().unwrap_or(""));
-        match auth.authenticate(value) {
+        // Verified during the TLS handshake (`--tls-client-ca`).
+        let certificate = request
+            .extensions()
+            .get::<ClientCertificate>()
+            .map(|c| c.name.as_str());
+        match auth.authenticate_request(value, certificate) {
             Ok(principal) if principal.may_use(tenant) => Ok(Some(principal)),
             Ok(principal) => {
                 tracing::warn!(peer = ?request.remote_addr(), principal = %principal.name, tenant, "tenant not permitted");

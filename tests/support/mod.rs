@@ -2,6 +2,7 @@
 //! generated tonic client.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod jwt;
 
 use std::io::{BufRead, BufReader};
@@ -313,6 +314,15 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_a2a-lifecycle");
 /// bound address from its log (no port races); returns the child and the
 /// server URL.
 pub fn spawn_serve(args: &[&str]) -> (Child, String) {
+    let (child, url, lines) = spawn_serve_logged(args);
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, url)
+}
+
+/// [`spawn_serve`], with the server's log lines after the one that says
+/// where it listens.
+pub fn spawn_serve_logged(args: &[&str]) -> (Child, String, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(args)
@@ -331,9 +341,27 @@ pub fn spawn_serve(args: &[&str]) -> (Child, String) {
             break rest.split_whitespace().next().unwrap().to_string();
         }
     };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, format!("http://{addr}"))
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads stderr to the end, so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, format!("http://{addr}"), rx)
+}
+
+/// Waits (at most [`WAIT`]) for a log line containing `text`.
+pub fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(text) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no log line with {text:?}: {e}"),
+        }
+    }
 }
 
 /// An HTTP/1.1 response as a test reads it.
