@@ -20,10 +20,15 @@
 //! admin_claim = "a2a_admin"         # boolean; true gives the admin role
 //! ```
 //!
+//! - `api_key_sha256` may be a list while a key is rotated (both valid
+//!   until the old one is removed and the file reloaded), or absent for a
+//!   principal that authenticates by client certificate only.
 //! - A bearer credential that is no principal's API key and has three
 //!   dot-separated parts is a JWT: its signature is checked against the key set (RS256 or ES256 only, so
 //!   `alg: none` and HMAC are refused), and its issuer, audience, expiry and
-//!   not-before. The principal is its `sub`.
+//!   not-before. The principal is its `sub`, which may not be the name of
+//!   a principal of the file (that principal's tasks are not the
+//!   provider's to hand out).
 //! - Every credential is first taken as an API key: its SHA-256 is
 //!   compared with every principal's, each comparison in constant time, so
 //!   the answer's timing says nothing about how close a guess was.
@@ -148,10 +153,28 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct PrincipalEntry {
     name: String,
-    /// None: the principal authenticates by client certificate only.
-    api_key_sha256: Option<String>,
+    /// One digest, or several while a key is rotated (old and new both
+    /// valid until the old one is removed and the file reloaded). None:
+    /// the principal authenticates by client certificate only.
+    api_key_sha256: Option<Digests>,
     tenants: Vec<String>,
     role: Role,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Digests {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Digests {
+    fn all(&self) -> &[String] {
+        match self {
+            Digests::One(one) => std::slice::from_ref(one),
+            Digests::Many(many) => many,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -302,7 +325,8 @@ impl Rules {
             if named.contains_key(&principal.name) {
                 return Err(format!("principal {:?} is listed twice", principal.name));
             }
-            if let Some(hex) = &entry.api_key_sha256 {
+            let digests = entry.api_key_sha256.as_ref().map_or(&[][..], Digests::all);
+            for hex in digests {
                 let digest = parse_digest(hex).ok_or_else(|| {
                     format!(
                         "principal {:?}: api_key_sha256 must be 64 lowercase hex digits",
@@ -311,7 +335,7 @@ impl Rules {
                 })?;
                 if keys.iter().any(|k: &KeyPrincipal| k.digest == digest) {
                     return Err(format!(
-                        "principal {:?}: another principal has the same API key",
+                        "principal {:?}: an API key is listed twice",
                         principal.name
                     ));
                 }
@@ -375,7 +399,18 @@ impl Authenticator {
         }
         if credential.split('.').count() == 3 {
             return match &rules.jwt {
-                Some(issuer) => issuer.verify(credential),
+                // The provider's names and the file's are one name space
+                // (a name owns tasks): a `sub` that is a principal of the
+                // file would take over that principal's tasks.
+                Some(issuer) => issuer.verify(credential).and_then(|p| {
+                    if rules.named.contains_key(&p.name) {
+                        Err(AuthError::InvalidToken(
+                            "its sub names a principal of the auth file".into(),
+                        ))
+                    } else {
+                        Ok(p)
+                    }
+                }),
                 None => Err(AuthError::InvalidToken(
                     "this server accepts no JWTs (no [jwt] in its auth file)".into(),
                 )),

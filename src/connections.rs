@@ -606,17 +606,18 @@ fn server_config(
 }
 
 /// The principal name a verified client certificate carries: its subject
-/// common name, else its first DNS subject alternative name.
+/// common name, else its first DNS subject alternative name. Only the
+/// first common name counts, and one that is not text (or is empty) names
+/// nothing rather than letting a later field speak for the certificate.
 fn certificate_name(der: &[u8]) -> Option<String> {
     use x509_parser::extensions::GeneralName;
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let common_name = cert
-        .subject()
-        .iter_common_name()
-        .find_map(|cn| cn.as_str().ok())
-        .filter(|cn| !cn.is_empty());
-    if let Some(cn) = common_name {
-        return Some(cn.to_owned());
+    if let Some(cn) = cert.subject().iter_common_name().next() {
+        return cn
+            .as_str()
+            .ok()
+            .filter(|cn| !cn.is_empty())
+            .map(str::to_owned);
     }
     let san = cert.subject_alternative_name().ok()??;
     san.value.general_names.iter().find_map(|name| match name {
@@ -888,6 +889,34 @@ fn deadline_exceeded(deadline: Duration) -> Response<tonic::body::Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The subject's first common name, else the first DNS name; a
+    /// certificate naming neither names nothing.
+    #[test]
+    fn a_certificate_is_named_by_its_first_common_name_or_dns_name() {
+        use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
+        let name = |cns: &[&str], dns: &[&str]| {
+            let mut params =
+                CertificateParams::new(dns.iter().map(|d| d.to_string()).collect::<Vec<_>>())
+                    .unwrap();
+            params.distinguished_name = DistinguishedName::new();
+            for cn in cns {
+                params.distinguished_name.push(DnType::CommonName, *cn);
+            }
+            let cert = params.self_signed(&KeyPair::generate().unwrap()).unwrap();
+            certificate_name(cert.der())
+        };
+        assert_eq!(
+            name(&["alice"], &["bob.example.test"]).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            name(&[], &["bob.example.test", "c.example.test"]).as_deref(),
+            Some("bob.example.test")
+        );
+        assert_eq!(name(&[], &[]), None);
+        assert_eq!(certificate_name(b"not a certificate"), None);
+    }
 
     #[tokio::test]
     async fn handshake_ends_at_the_preface_or_the_end_of_headers() {

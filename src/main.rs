@@ -236,6 +236,13 @@ struct Target {
     /// of the system's roots.
     #[arg(long)]
     ca_cert: Option<std::path::PathBuf>,
+    /// Client certificate chain (PEM) for a server run with
+    /// --tls-client-ca (mutual TLS).
+    #[arg(long, requires = "client_key")]
+    client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "client_cert")]
+    client_key: Option<std::path::PathBuf>,
 }
 
 /// Adds the client's bearer token to every call.
@@ -270,13 +277,21 @@ impl Target {
             })
             .transpose()?;
         let mut endpoint = Channel::from_shared(self.server.clone())?;
-        if let Some(ca) = &self.ca_cert {
-            let pem =
-                std::fs::read(ca).map_err(|e| format!("cannot read {}: {e}", ca.display()))?;
-            endpoint = endpoint.tls_config(
-                tonic::transport::ClientTlsConfig::new()
-                    .ca_certificate(tonic::transport::Certificate::from_pem(pem)),
-            )?;
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        if self.ca_cert.is_some() || self.client_cert.is_some() {
+            let mut tls = tonic::transport::ClientTlsConfig::new();
+            if let Some(ca) = &self.ca_cert {
+                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+            }
+            if let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) {
+                tls = tls.identity(tonic::transport::Identity::from_pem(
+                    read(cert)?,
+                    read(key)?,
+                ));
+            }
+            endpoint = endpoint.tls_config(tls)?;
         }
         let channel = endpoint.connect().await?;
         Ok(A2aServiceClient::with_interceptor(channel, Bearer(bearer)))

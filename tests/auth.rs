@@ -239,6 +239,97 @@ fn bad_jwts_are_refused() {
     refused(&hs, "HS256 confusion");
 }
 
+/// Rotation: a principal may list several key digests, each of which
+/// authenticates it; a principal without a key authenticates only by its
+/// certificate; `reload` puts a changed file in force and keeps the old
+/// one when the new one does not load.
+#[test]
+fn keys_rotate_and_files_reload() {
+    let dir = std::env::temp_dir().join(format!("a2a-auth-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("auth.toml");
+    let write = |digests: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "[[principal]]\nname = \"ci\"\napi_key_sha256 = {digests}\ntenants = [\"*\"]\nrole = \"user\"\n\n\
+                 [[principal]]\nname = \"edge\"\ntenants = [\"*\"]\nrole = \"admin\"\n"
+            ),
+        )
+        .unwrap()
+    };
+    let quoted = |key: &str| format!("\"{}\"", key_digest(key));
+    write(&format!("[{}, {}]", quoted("old"), quoted("new")));
+    let auth = Authenticator::load(&file).unwrap();
+    for key in ["old", "new"] {
+        assert_eq!(auth.authenticate(Some(&bearer(key))).unwrap().name, "ci");
+    }
+    // No key: only a certificate names it.
+    assert_eq!(
+        auth.authenticate_certificate("edge").unwrap().role,
+        Role::Admin
+    );
+    assert!(matches!(
+        auth.authenticate_certificate("nobody"),
+        Err(AuthError::UnknownCertificate(_))
+    ));
+    assert!(auth.authenticate(Some(&bearer("edge"))).is_err());
+    // A bearer credential, when sent, is what authenticates.
+    assert_eq!(
+        auth.authenticate_request(Some(&bearer("new")), Some("edge"))
+            .unwrap()
+            .name,
+        "ci"
+    );
+    assert!(
+        auth.authenticate_request(Some(&bearer("wrong")), Some("edge"))
+            .is_err()
+    );
+
+    write(&quoted("new"));
+    assert!(auth.reload().unwrap());
+    assert!(matches!(
+        auth.authenticate(Some(&bearer("old"))),
+        Err(AuthError::UnknownKey)
+    ));
+    assert_eq!(auth.authenticate(Some(&bearer("new"))).unwrap().name, "ci");
+    std::fs::write(&file, "[[principal]]\nname = \"broken\"\n").unwrap();
+    assert!(auth.reload().is_err());
+    assert_eq!(
+        auth.authenticate(Some(&bearer("new"))).unwrap().name,
+        "ci",
+        "a file that does not load leaves the old one in force"
+    );
+    let twice = format!(
+        "[[principal]]\nname = \"a\"\napi_key_sha256 = {}\ntenants = []\nrole = \"user\"\n\n\
+         [[principal]]\nname = \"a\"\napi_key_sha256 = {}\ntenants = []\nrole = \"user\"\n",
+        quoted("k1"),
+        quoted("k2")
+    );
+    assert!(
+        Authenticator::parse(&twice, &fixtures()).is_err(),
+        "a name listed twice"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A JWT whose `sub` is the name of a principal of the file is refused:
+/// the provider may not hand out that principal's tasks.
+#[test]
+fn a_jwt_may_not_name_a_principal_of_the_file() {
+    let auth = authenticator();
+    let token = sign(
+        Algorithm::RS256,
+        "rs-1",
+        "rs256-test-key.pem",
+        &claims("ci-bot", |_| {}),
+    );
+    assert!(matches!(
+        auth.authenticate(Some(&bearer(&token))),
+        Err(AuthError::InvalidToken(_))
+    ));
+}
+
 /// A server with no [jwt] refuses every JWT, and an auth file nobody could
 /// use, or with a malformed digest, is refused at load.
 #[test]

@@ -431,3 +431,49 @@ async fn cards_declare_the_bearer_scheme_under_auth() {
     }
     secured.stop().await;
 }
+
+/// Random `authorization` values over real gRPC (seeded, so a failure
+/// repeats): none gets past authentication, on any RPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_authorization_values_never_get_in() {
+    let server = TestServer::start_auth(authenticator()).await;
+    let channel = server.channel().await;
+    let mut state: u64 = 0x0a07_5eed;
+    let mut next = move || {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    for round in 0..300 {
+        let len = (next() % 120) as usize + 1;
+        let noise: String = (0..len)
+            .map(|_| (b'!' + (next() % 94) as u8) as char)
+            .collect();
+        let value = match round % 4 {
+            0 => noise,
+            1 => format!("Bearer {noise}"),
+            2 => format!("bearer {}", noise.replace(['.', ' '], "x") + ".e30.sig"),
+            _ => format!("Bearer {}{}", &BOT_KEY[..BOT_KEY.len() - 1], noise),
+        };
+        let Ok(value) = value.parse::<tonic::metadata::MetadataValue<_>>() else {
+            continue;
+        };
+        let mut client =
+            A2aServiceClient::with_interceptor(channel.clone(), move |mut r: tonic::Request<()>| {
+                r.metadata_mut().insert("authorization", value.clone());
+                Ok(r)
+            });
+        let answer = within(
+            "random credential",
+            client.list_tasks(ListTasksRequest::default()),
+        )
+        .await;
+        match answer {
+            Err(e) => assert_eq!(e.code(), Code::Unauthenticated, "round {round}: {e:?}"),
+            Ok(_) => panic!("round {round}: a random credential got in"),
+        }
+    }
+    server.stop().await;
+}

@@ -376,6 +376,9 @@ impl TaskStore for FailingWrites {
     ) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get_owned(tenant, task_id, owner).await
     }
+    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
+        self.inner.owns(tenant, task_id, owner).await
+    }
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(tenant, task_id).await
     }

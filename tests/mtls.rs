@@ -354,3 +354,68 @@ fn sighup_swaps_the_certificate_and_keys_while_a_stream_stays_open() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `serve --tls-client-ca` alone and the built-in client's
+/// `--client-cert`/`--client-key`: with the certificate it is served,
+/// without one it is refused.
+#[test]
+fn the_command_line_serves_and_calls_with_client_certificates() {
+    let dir = scratch_dir("mtls-cli");
+    let ca = Ca::new();
+    let server = ca.server();
+    let client = ca.client(Some("cli-user"), &[]);
+    for (name, pem) in [
+        ("ca.pem", ca.pem()),
+        ("chain.pem", server.chain),
+        ("key.pem", server.key),
+        ("client.pem", client.chain),
+        ("client-key.pem", client.key),
+    ] {
+        std::fs::write(dir.join(name), pem).unwrap();
+    }
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_owned();
+    let (mut child, url) = support::spawn_serve(&[
+        "--store",
+        "memory",
+        "--tls-cert",
+        &path("chain.pem"),
+        "--tls-key",
+        &path("key.pem"),
+        "--tls-client-ca",
+        &path("ca.pem"),
+    ]);
+    let url = url.replace("http://127.0.0.1", "https://localhost");
+    let send = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_a2a-lifecycle"))
+            .args([
+                "send",
+                "run the tests",
+                "--server",
+                &url,
+                "--ca-cert",
+                &path("ca.pem"),
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let with = send(&[
+        "--client-cert",
+        &path("client.pem"),
+        "--client-key",
+        &path("client-key.pem"),
+    ]);
+    assert!(
+        with.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    assert!(String::from_utf8_lossy(&with.stdout).contains("TASK_STATE_COMPLETED"));
+    let without = send(&[]);
+    assert!(
+        !without.status.success(),
+        "served without a client certificate"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -72,6 +72,9 @@ impl TaskStore for Flaky {
     ) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get_owned(t, id, o).await
     }
+    async fn owns(&self, t: &str, id: &str, o: &str) -> Result<bool, StoreError> {
+        self.inner.owns(t, id, o).await
+    }
     async fn get(&self, t: &str, id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(t, id).await
     }

@@ -300,6 +300,7 @@ mod migrations {
         side.execute_batch(
             "DROP TABLE quarantine;
              DROP INDEX tasks_by_owner;
+             DROP INDEX tasks_by_owner_id;
              ALTER TABLE tasks DROP COLUMN owner;
              PRAGMA user_version = 0;
              CREATE TABLE _sqlx_migrations (

@@ -365,35 +365,30 @@ impl LiveTask {
     }
 
     /// [`LiveTask::lock_loaded`] for `caller`. A user's access is asked of
-    /// the store with its name in the lookup (`TaskStore::get_owned`)
-    /// before the task is looked at, in memory or not: another principal's
-    /// task is TASK_NOT_FOUND after the same read a missing task takes
-    /// (spec §13.1). The read happens under the task's lock, like a load,
-    /// and its record is installed when none is loaded, so the check costs
-    /// no second read.
+    /// the store first, with its name in the lookup (`TaskStore::owns`),
+    /// before anything about the task is looked at, in memory or not, and
+    /// before its lock is waited for: another principal's task is
+    /// TASK_NOT_FOUND after the same index lookup a missing task costs
+    /// (spec §13.1). The owner never changes, so the answer holds when the
+    /// lock is then taken.
     pub(crate) async fn lock_visible(
         &self,
         shared: &Shared,
         caller: &Caller,
     ) -> Result<StateGuard<'_>, A2aError> {
-        let Some(owner) = caller.owner_filter() else {
-            return self.lock_loaded(shared).await;
-        };
-        let mut guard = self.state.lock().await;
-        let stored = shared
-            .store
-            .get_owned(&self.key.tenant, &self.key.id, owner)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| A2aError::TaskNotFound {
-                task_id: self.key.id.clone(),
-            })?;
-        if guard.is_none() {
-            let state = stored.record.state();
-            self.progress.send_modify(|p| p.state = state);
-            *guard = Some(Loaded::new(stored.record, stored.version));
+        if let Some(owner) = caller.owner_filter() {
+            let owns = shared
+                .store
+                .owns(&self.key.tenant, &self.key.id, owner)
+                .await
+                .map_err(store_error)?;
+            if !owns {
+                return Err(A2aError::TaskNotFound {
+                    task_id: self.key.id.clone(),
+                });
+            }
         }
-        Ok(guard)
+        self.lock_loaded(shared).await
     }
 
     /// Installs a freshly created task (version from `TaskStore::create`).

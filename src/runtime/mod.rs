@@ -161,7 +161,7 @@ pub(crate) struct Shared {
 
 /// Repeats waiting on the first request for (tenant, message_id).
 type OriginWaiters =
-    HashMap<(String, String), Vec<oneshot::Sender<OriginOutcome>>, foldhash::fast::RandomState>;
+    HashMap<(String, Vec<u8>), Vec<oneshot::Sender<OriginOutcome>>, foldhash::fast::RandomState>;
 
 /// How a new message was answered, for its concurrent repeats.
 #[derive(Clone)]
@@ -178,7 +178,7 @@ pub(crate) enum OriginOutcome {
 /// answer), its waiters are released to try again.
 pub(crate) struct OriginClaim {
     shared: Arc<Shared>,
-    key: Option<(String, String)>,
+    key: Option<(String, Vec<u8>)>,
 }
 
 impl OriginClaim {
@@ -453,7 +453,7 @@ impl TaskManager {
         let message_id = request.message.message_id.clone();
         let origin = origin_key(&caller.name, &message_id);
         loop {
-            let claim = match self.shared.claim_origin(tenant, &origin) {
+            let claim = match self.shared.claim_origin(tenant, origin.clone()) {
                 Claim::First(claim) => claim,
                 Claim::Repeat(answer) => match answer.await {
                     Ok(OriginOutcome::Task(id)) => {
@@ -832,8 +832,8 @@ impl TaskManager {
 impl Shared {
     /// Claims a new message for this request, or joins the request that
     /// claimed it first.
-    fn claim_origin(self: &Arc<Self>, tenant: &str, origin: &str) -> Claim {
-        let key = (tenant.to_owned(), origin.to_owned());
+    fn claim_origin(self: &Arc<Self>, tenant: &str, origin: Vec<u8>) -> Claim {
+        let key = (tenant.to_owned(), origin);
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(waiters) = origins.get_mut(&key) {
             let (tx, rx) = oneshot::channel();

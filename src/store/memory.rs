@@ -76,7 +76,7 @@ struct TenantTasks {
     by_id: FoldMap<Arc<str>, Entry>,
     order: BTreeSet<OrderKey>,
     /// Idempotency key ([`super::origin_key`]) -> task id.
-    by_origin: HashMap<Box<str>, Arc<str>>,
+    by_origin: HashMap<Box<[u8]>, Arc<str>>,
 }
 
 /// Tasks in process memory; lost on exit.
@@ -99,7 +99,7 @@ fn poisoned<T>(_: T) -> StoreError {
 impl TaskStore for MemoryStore {
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         let entry = Entry::new(task, 1);
-        let origin = task.origin.as_str();
+        let origin = task.origin.as_slice();
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let tasks = tenants.entry(tenant.to_owned()).or_default();
         let id: &str = &task.id;
@@ -144,6 +144,14 @@ impl TaskStore for MemoryStore {
             .transpose()
     }
 
+    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        Ok(tenants
+            .get(tenant)
+            .and_then(|t| t.by_id.get(task_id))
+            .is_some_and(|e| !owner.is_empty() && &*e.owner == owner))
+    }
+
     async fn find_by_origin(
         &self,
         tenant: &str,
@@ -154,7 +162,7 @@ impl TaskStore for MemoryStore {
         let tenants = self.tenants.read().map_err(poisoned)?;
         tenants
             .get(tenant)
-            .and_then(|t| t.by_id.get(t.by_origin.get(key.as_str())?))
+            .and_then(|t| t.by_id.get(t.by_origin.get(key.as_slice())?))
             .map(Entry::stored)
             .transpose()
     }
@@ -300,7 +308,7 @@ impl TaskStore for MemoryStore {
                     let record = codec::decode(&entry.record)?;
                     let origin = origin_of(&record);
                     if !origin.is_empty() {
-                        tasks.by_origin.remove(origin.as_str());
+                        tasks.by_origin.remove(origin.as_slice());
                     }
                     purged += 1;
                 }

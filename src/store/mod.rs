@@ -68,17 +68,26 @@ impl Caller {
 }
 
 /// The idempotency key of a new task (spec §3.3.1), per principal so that
-/// one cannot learn or replay another's message ids: `message_id` alone
-/// for a task without an owner (what every task created before owners
-/// were recorded has), else the owner, length-prefixed so that no two
-/// (owner, message id) pairs share a key, then the message id.
-pub fn origin_key(owner: &str, message_id: &str) -> String {
+/// one cannot learn or replay another's message ids. For a task without
+/// an owner (every task created before owners were recorded) it is the
+/// message id's bytes, as it always was. An owned task's key starts with
+/// the byte 0xFF, which no UTF-8 text holds, so it never equals an
+/// unowned key whatever the message id; then the owner, length-prefixed so
+/// that no two (owner, message id) pairs share a key, then the message id.
+pub fn origin_key(owner: &str, message_id: &str) -> Vec<u8> {
     if owner.is_empty() {
-        message_id.to_owned()
-    } else {
-        format!("{}:{owner}{message_id}", owner.len())
+        return message_id.as_bytes().to_vec();
     }
+    let mut key = Vec::with_capacity(1 + 4 + owner.len() + message_id.len());
+    key.push(OWNED_ORIGIN);
+    key.extend_from_slice(format!("{}:", owner.len()).as_bytes());
+    key.extend_from_slice(owner.as_bytes());
+    key.extend_from_slice(message_id.as_bytes());
+    key
 }
+
+/// The first byte of an owned task's idempotency key: never in UTF-8.
+const OWNED_ORIGIN: u8 = 0xFF;
 
 /// A ListTasks query, already validated. A `page_size` of 0 is read as
 /// [`DEFAULT_PAGE_SIZE`].
@@ -155,8 +164,8 @@ pub struct EncodedTask {
     /// The principal that created the task ([`TaskRecord::owner`]).
     pub owner: String,
     /// The idempotency key ([`origin_key`] of the owner and the creating
-    /// message's id); "" for a task without a creating message.
-    pub origin: String,
+    /// message's id); empty for a task without a creating message.
+    pub origin: Vec<u8>,
 }
 
 impl EncodedTask {
@@ -216,6 +225,11 @@ pub trait TaskStore: Send + Sync + 'static {
         owner: &str,
     ) -> Result<Option<StoredTask>, StoreError>;
 
+    /// Whether `owner` created the task: [`TaskStore::get_owned`] without
+    /// reading the record, so the answer costs the same for another's task
+    /// and a missing one.
+    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError>;
+
     /// Replaces the task if its stored version is still `expected_version`;
     /// returns the new version.
     async fn update_encoded(
@@ -259,11 +273,11 @@ pub fn origin_message_id(record: &TaskRecord) -> &str {
         .unwrap_or("")
 }
 
-/// A task's idempotency key ([`origin_key`]); "" when it has no creating
-/// message.
-pub fn origin_of(record: &TaskRecord) -> String {
+/// A task's idempotency key ([`origin_key`]); empty when it has no
+/// creating message.
+pub fn origin_of(record: &TaskRecord) -> Vec<u8> {
     match origin_message_id(record) {
-        "" => String::new(),
+        "" => Vec::new(),
         message_id => origin_key(&record.owner, message_id),
     }
 }

@@ -44,6 +44,19 @@ pub async fn get_owned_finds_only_the_owners_task(store: Store) {
             "{tenant}/{id} as {owner:?}"
         );
     }
+    assert_eq!(store.owns(T, "a1", "alice").await, Ok(true));
+    for (id, owner) in [
+        ("a1", "bob"),
+        ("a1", ""),
+        ("anon", ""),
+        ("missing", "alice"),
+    ] {
+        assert_eq!(
+            store.owns(T, id, owner).await,
+            Ok(false),
+            "{id} as {owner:?}"
+        );
+    }
     set_status(&mut alice, TaskState::Completed, at(3));
     store.update(T, &alice, 1).await.unwrap();
     let after = store.get_owned(T, "a1", "alice").await.unwrap().unwrap();
@@ -113,6 +126,20 @@ pub async fn idempotency_keys_are_per_owner(store: Store) {
     let mut cut = owned("cut", "alic", 4);
     cut.task.history[0].message_id = format!("e{message_id}");
     create(&store, T, &cut).await;
+    // An unowned task whose message id spells an owned key is no
+    // duplicate of it: owned keys cannot be written as message ids.
+    let mut spelled = record("spelled", "ctx", TaskState::Working, at(6));
+    spelled.task.history[0].message_id = "5:alicem-own".into();
+    create(&store, T, &spelled).await;
+    assert_eq!(store.find_by_origin(T, "alice", "m-own").await, Ok(None));
+    create(&store, T, &{
+        let mut own = owned("own", "alice", 7);
+        own.task.history[0].message_id = "m-own".into();
+        own
+    })
+    .await;
+    let found = store.find_by_origin(T, "alice", "m-own").await.unwrap();
+    assert_eq!(found.map(|s| s.record.task.id).as_deref(), Some("own"));
     let mut again = owned("a2", "alice", 5);
     again.task.history[0].message_id = message_id.clone();
     assert_eq!(

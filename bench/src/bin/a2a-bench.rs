@@ -13,7 +13,9 @@
 //! generator with `taskset` where the machine has them), runs every
 //! workload against each alternately, round after round (a ratio measured
 //! in one run holds on a noisy machine; an absolute figure does not), and
-//! prints each figure as a ratio to the bare server.
+//! prints each figure as a ratio to the bare server. It also measures what
+//! authentication costs (`--auth` with an API key, and with an RS256 JWT
+//! from the test key set) against the same server without it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,6 +26,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
 use tokio::sync::Mutex;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
@@ -33,7 +36,25 @@ use a2a_lifecycle::proto::{
     stream_response::Payload,
 };
 
-type Client = A2aServiceClient<Channel>;
+type Client = A2aServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// Sends `authorization: Bearer <token>` on every call when set.
+#[derive(Clone)]
+struct Bearer(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Tasks created before a GetTask run, read round robin.
@@ -94,6 +115,9 @@ struct Load {
     /// The tenant to address (the bench agent, or another server's agent).
     #[arg(long, default_value = "")]
     tenant: String,
+    /// A bearer credential (API key or JWT) for a server run with --auth.
+    #[arg(long, env = "A2A_TOKEN")]
+    token: Option<String>,
 }
 
 #[derive(Args)]
@@ -128,6 +152,10 @@ struct SuiteArgs {
     /// Skip the SQLite-against-memory comparison.
     #[arg(long)]
     no_sqlite: bool,
+    /// Skip the cost of authentication (the same server with and without
+    /// `--auth`).
+    #[arg(long)]
+    no_auth: bool,
 }
 
 /// What one run measured.
@@ -221,11 +249,17 @@ fn send_request(tenant: &str, text: &str, return_immediately: bool) -> SendMessa
     }
 }
 
-async fn connect(target: &str, connections: usize) -> Result<Vec<Client>, AnyError> {
+async fn connect(load: &Load, target: &str) -> Result<Vec<Client>, AnyError> {
+    let bearer = Bearer(
+        load.token
+            .as_ref()
+            .map(|t| format!("Bearer {t}").parse())
+            .transpose()?,
+    );
     let mut clients = Vec::new();
-    for _ in 0..connections.max(1) {
+    for _ in 0..load.connections.max(1) {
         let channel = Channel::from_shared(target.to_string())?.connect().await?;
-        clients.push(A2aServiceClient::new(channel));
+        clients.push(A2aServiceClient::with_interceptor(channel, bearer.clone()));
     }
     Ok(clients)
 }
@@ -322,7 +356,7 @@ fn latency_histogram() -> Histogram<u64> {
 const ID_STRIDE: u64 = 7919;
 
 async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
-    let clients = connect(&args.target, args.load.connections).await?;
+    let clients = connect(&args.load, &args.target).await?;
     let tenant = args.load.tenant.clone();
     let pid = args.server_pid;
     match args.workload {
@@ -886,6 +920,12 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    if !args.no_auth {
+        let (auth_rows, auth_json) = auth_cost(args, &main_bin, &ours_args, server_cpus).await?;
+        rows.extend(auth_rows);
+        json.extend(auth_json);
+    }
+
     // `ratio` is to the bare server as tonic's defaults run it (what the
     // targets name); `to tuned` is to the bare server with this server's
     // runtime and connection settings, which isolates this server's own
@@ -918,6 +958,124 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
     }
     println!("{{\"suite\":[{}]}}", json.join(","));
     Ok(())
+}
+
+/// The key sets the test suite uses (`tests/fixtures/auth`): the bench's
+/// JWTs are signed with its RS256 test key.
+fn auth_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/auth")
+}
+
+/// The same server with and without `--auth`, alternately, per workload:
+/// what an authenticated request costs in server CPU, with an API key and
+/// with an RS256 JWT. The principal is a `user`, so reads also take the
+/// owner-scoped path.
+async fn auth_cost(
+    args: &SuiteArgs,
+    main_bin: &Path,
+    ours_args: &[&str],
+    server_cpus: Option<&str>,
+) -> Result<(Vec<Row>, Vec<String>), AnyError> {
+    use sha2::Digest;
+    let dir = std::env::temp_dir().join(format!("a2a-bench-auth-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir)?;
+    let api_key = format!("bench-{}", uuid::Uuid::new_v4());
+    let digest: String = sha2::Sha256::digest(api_key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let file = dir.join("auth.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[principal]]\nname = \"bench\"\napi_key_sha256 = \"{digest}\"\ntenants = [\"*\"]\nrole = \"user\"\n\n\
+             [jwt]\nissuer = \"https://id.example.test\"\naudience = \"a2a-lifecycle\"\n\
+             jwks_file = \"{}\"\ntenants_claim = \"tenants\"\nadmin_claim = \"a2a_admin\"\n",
+            auth_fixtures().join("jwks.json").display()
+        ),
+    )?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let claims = serde_json::json!({
+        "sub": "bench-jwt",
+        "iss": "https://id.example.test",
+        "aud": "a2a-lifecycle",
+        "exp": now.as_secs() + 24 * 3600,
+        "tenants": "*",
+    });
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some("rs-1".into());
+    let key = std::fs::read(auth_fixtures().join("rs256-test-key.pem"))?;
+    let jwt = jsonwebtoken::encode(
+        &header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_rsa_pem(&key)?,
+    )?;
+
+    let plain = spawn_server(main_bin, ours_args, server_cpus)?;
+    let mut authed_args = ours_args.to_vec();
+    let file_arg = file.display().to_string();
+    authed_args.extend(["--auth", &file_arg]);
+    let authed = spawn_server(main_bin, &authed_args, server_cpus)?;
+    let run = |server: &Server, workload: Workload, token: Option<&str>| {
+        let mut load = args.load.clone();
+        load.token = token.map(str::to_owned);
+        RunArgs {
+            target: server.url.clone(),
+            workload,
+            load,
+            server_pid: Some(server.pid()),
+            subscribers: 0,
+            updates: 0,
+            tasks: 0,
+        }
+    };
+    let (mut rows, mut json) = (Vec::new(), Vec::new());
+    for (workload, name, token, target) in [
+        (Workload::Get, "GetTask, API key", api_key.as_str(), 1.10),
+        (
+            Workload::Send,
+            "SendMessage (non-blocking), API key",
+            api_key.as_str(),
+            1.10,
+        ),
+        (Workload::Get, "GetTask, RS256 JWT", jwt.as_str(), 1.60),
+    ] {
+        let (mut p, mut a, mut r) = (vec![], vec![], vec![]);
+        for round in 1..=args.rounds {
+            let op = run_workload(&run(&plain, workload, None)).await?;
+            let oa = run_workload(&run(&authed, workload, Some(token))).await?;
+            let cpu = |o: &Outcome| o.cpu_us_per_request().unwrap_or(f64::NAN);
+            eprintln!(
+                "round {round} auth {name}: without {:.0} req/s {:.1} µs CPU/req; with {:.0} req/s {:.1}",
+                op.rate(),
+                cpu(&op),
+                oa.rate(),
+                cpu(&oa)
+            );
+            p.push(cpu(&op));
+            a.push(cpu(&oa));
+            r.push(cpu(&oa) / cpu(&op));
+        }
+        let (without, with, ratio) = (median(p), median(a), median(r));
+        rows.push(Row {
+            name: format!("auth: {name}"),
+            bare: without,
+            tuned: f64::NAN,
+            ours: with,
+            unit: "µs CPU/req (without vs with --auth)",
+            ratio,
+            ratio_tuned: f64::NAN,
+            target: format!("<= {target:.2}"),
+            ok: ratio <= target,
+            extra: format!("+{:.1} µs CPU/req", with - without),
+        });
+        json.push(format!(
+            "{{\"name\":\"auth\",\"workload\":\"{name}\",\"without_us\":{without:.2},\"with_us\":{with:.2},\"ratio\":{ratio:.3}}}"
+        ));
+    }
+    drop((plain, authed));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((rows, json))
 }
 
 fn main() -> Result<(), AnyError> {

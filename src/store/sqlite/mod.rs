@@ -81,9 +81,14 @@ const READER_STATEMENT_CACHE: usize = 48;
 const FIND_BY_ORIGIN: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = \
      (SELECT task_id FROM origins WHERE tenant = ?1 AND message_id = ?2)";
 const GET: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = ?2";
-/// A user's lookup: the owner is part of the key, so another principal's
-/// task is not read at all; the empty name owns nothing.
-const GET_OWNED: &str = "SELECT record, version FROM tasks \
+/// A user's lookup, by the owned tasks' index (migration 0005): the owner
+/// is part of the key, so another principal's task is a miss in the index
+/// and its row is never read; the empty name owns nothing (the index's
+/// condition, repeated so that SQLite may use it).
+const GET_OWNED: &str = "SELECT record, version FROM tasks INDEXED BY tasks_by_owner_id \
+     WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
+/// [`GET_OWNED`] without the record: answered from the index alone.
+const OWNS: &str = "SELECT 1 FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
 
 /// Tasks in a SQLite database file.
@@ -376,7 +381,7 @@ fn row(tenant: &str, task: &EncodedTask) -> writer::Row {
         state: task.state as i32,
         status: task.status,
         owner: task.owner.as_bytes().to_vec(),
-        origin: task.origin.as_bytes().to_vec(),
+        origin: task.origin.clone(),
         record: task.bytes.clone(),
     }
 }
@@ -499,7 +504,7 @@ impl TaskStore for SqliteStore {
         let origin = origin_key(owner, message_id);
         // Memory first: see `WriterHandle::origin`. A new message (the
         // common case: this runs for every one) is answered without a query.
-        match self.writer.origin(tenant.as_bytes(), origin.as_bytes()) {
+        match self.writer.origin(tenant.as_bytes(), &origin) {
             writer::OriginLookup::Absent => return Ok(None),
             writer::OriginLookup::Logged(id) => {
                 let id = String::from_utf8(id)
@@ -508,7 +513,7 @@ impl TaskStore for SqliteStore {
             }
             writer::OriginLookup::MaybeMerged => {}
         }
-        let key = [tenant.as_bytes().to_vec(), origin.into_bytes()];
+        let key = [tenant.as_bytes().to_vec(), origin];
         self.read(move |conn| read_task(conn, FIND_BY_ORIGIN, &[&key[0], &key[1]]))
             .await
     }
@@ -528,6 +533,20 @@ impl TaskStore for SqliteStore {
         // so for a user it is as absent as any other task not its own.
         self.read(move |conn| read_task(conn, GET_OWNED, &[&key[0], &key[1], &key[2]]))
             .await
+    }
+
+    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
+        let key = [
+            tenant.as_bytes().to_vec(),
+            task_id.as_bytes().to_vec(),
+            owner.as_bytes().to_vec(),
+        ];
+        self.read(move |conn| {
+            conn.prepare_cached(OWNS)
+                .and_then(|mut s| s.exists(rusqlite::params_from_iter(&key)))
+                .map_err(map_err)
+        })
+        .await
     }
 
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
@@ -814,6 +833,10 @@ mod tests {
             (FIND_BY_ORIGIN, vec![b"t".to_vec(), b"m1000".to_vec()]),
             (
                 GET_OWNED,
+                vec![b"t".to_vec(), b"task-01001".to_vec(), b"u".to_vec()],
+            ),
+            (
+                OWNS,
                 vec![b"t".to_vec(), b"task-01001".to_vec(), b"u".to_vec()],
             ),
         ] {
