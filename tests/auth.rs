@@ -313,6 +313,50 @@ fn keys_rotate_and_files_reload() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A verified JWT is remembered (a client sends one token with many
+/// calls), and forgotten when the file is reloaded: a token the new file
+/// does not accept is refused at once.
+#[test]
+fn verified_jwts_are_remembered_until_a_reload() {
+    let dir = std::env::temp_dir().join(format!("a2a-jwt-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("auth.toml");
+    let jwt = format!(
+        "[jwt]\nissuer = \"https://id.example.test\"\naudience = \"a2a-lifecycle\"\n\
+         jwks_file = \"{}\"\ntenants_claim = \"tenants\"\nadmin_claim = \"a2a_admin\"\n",
+        fixtures().join("jwks.json").display()
+    );
+    std::fs::write(&file, &jwt).unwrap();
+    let auth = Authenticator::load(&file).unwrap();
+    let token = bearer(&sign(
+        Algorithm::RS256,
+        "rs-1",
+        "rs256-test-key.pem",
+        &claims("alice", |_| {}),
+    ));
+    for _ in 0..3 {
+        let alice = auth.authenticate(Some(&token)).unwrap();
+        assert_eq!(alice.name, "alice");
+        assert_eq!(alice.tenants, Tenants::Only(vec!["deployer".into()]));
+    }
+    // The same issuer, now with a file principal named alice: the
+    // remembered token goes with the old file.
+    std::fs::write(
+        &file,
+        format!(
+            "[[principal]]\nname = \"alice\"\napi_key_sha256 = \"{}\"\ntenants = []\nrole = \"user\"\n\n{jwt}",
+            key_digest("k")
+        ),
+    )
+    .unwrap();
+    assert!(auth.reload().unwrap());
+    assert!(matches!(
+        auth.authenticate(Some(&token)),
+        Err(AuthError::InvalidToken(_))
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A JWT whose `sub` is the name of a principal of the file is refused:
 /// the provider may not hand out that principal's tasks.
 #[test]
