@@ -4,76 +4,29 @@
 
 mod support;
 
-use std::sync::Arc;
-
-use a2a_lifecycle::agent::demo::demo_router;
-use a2a_lifecycle::connections::Tls;
-use a2a_lifecycle::discovery::DiscoveryConfig;
+use a2a_lifecycle::connections::ClientCerts;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
-use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
-use a2a_lifecycle::store::MemoryStore;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
+use support::certs::{Ca, serve_tls};
 use support::within;
 
 /// A test CA and a server certificate it signed for localhost and
 /// 127.0.0.1: (CA PEM, server chain PEM, server key PEM).
 fn certificates() -> (String, String, String) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    (ca.pem(), server.pem(), key.serialize_pem())
-}
-
-struct TlsServer {
-    addr: std::net::SocketAddr,
-    stop: oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<()>,
-}
-
-async fn start(chain: &str, key: &str) -> TlsServer {
-    let tls = Arc::new(Tls::from_pem(chain.as_bytes(), key.as_bytes()).unwrap());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let manager = TaskManager::new(
-        Arc::new(MemoryStore::new()),
-        demo_router(),
-        RuntimeConfig::default(),
-    );
-    let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(async move {
-        a2a_lifecycle::server::serve_manager_tls(
-            listener,
-            manager,
-            DiscoveryConfig::default(),
-            Default::default(),
-            None,
-            Some(tls),
-            async {
-                let _ = stopped.await;
-            },
-        )
-        .await
-        .expect("server failed");
-    });
-    TlsServer { addr, stop, served }
+    let ca = Ca::new();
+    let server = ca.server();
+    (ca.pem(), server.chain, server.key)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_trusts_the_ca_is_served_and_plaintext_is_not() {
-    let (ca, chain, key) = certificates();
-    let server = start(&chain, &key).await;
+    let authority = Ca::new();
+    let ca = authority.pem();
+    let server = serve_tls(&authority, &authority.server(), ClientCerts::None, None).await;
     let channel = within(
         "TLS connect",
-        Channel::from_shared(format!("https://localhost:{}", server.addr.port()))
+        Channel::from_shared(format!("https://localhost:{}", server.port))
             .unwrap()
             .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca)))
             .unwrap()
@@ -96,7 +49,7 @@ async fn a_client_that_trusts_the_ca_is_served_and_plaintext_is_not() {
     );
 
     // Plain HTTP/2 to the TLS port gets no answer.
-    let plain = Channel::from_shared(format!("http://{}", server.addr))
+    let plain = Channel::from_shared(format!("http://127.0.0.1:{}", server.port))
         .unwrap()
         .connect()
         .await;
@@ -113,18 +66,17 @@ async fn a_client_that_trusts_the_ca_is_served_and_plaintext_is_not() {
     // A client that does not trust the CA is refused in the handshake.
     let untrusted = within(
         "untrusted connect",
-        Channel::from_shared(format!("https://localhost:{}", server.addr.port()))
+        Channel::from_shared(format!("https://localhost:{}", server.port))
             .unwrap()
             .tls_config(
-                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(certificates().0)),
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(Ca::new().pem())),
             )
             .unwrap()
             .connect(),
     )
     .await;
     assert!(untrusted.is_err(), "a client with another CA connected");
-    let _ = server.stop.send(());
-    within("shutdown", server.served).await.unwrap();
+    server.stop().await;
 }
 
 /// `serve --tls-cert --tls-key`, and the built-in client's `--ca-cert`.
@@ -182,9 +134,9 @@ async fn tls_1_1_is_refused() {
         eprintln!("SKIPPED: no openssl command to offer TLS 1.1 with");
         return;
     }
-    let (_, chain, key) = certificates();
-    let server = start(&chain, &key).await;
-    let connect = format!("127.0.0.1:{}", server.addr.port());
+    let ca = Ca::new();
+    let server = serve_tls(&ca, &ca.server(), ClientCerts::None, None).await;
+    let connect = format!("127.0.0.1:{}", server.port);
     let handshake = |version: &'static str| {
         let connect = connect.clone();
         async move {
@@ -202,6 +154,5 @@ async fn tls_1_1_is_refused() {
     assert!(old.contains("Cipher is (NONE)"), "{old}");
     let current = within("TLS 1.2 handshake", handshake("-tls1_2")).await;
     assert!(current.contains("TLSv1.2"), "{current}");
-    let _ = server.stop.send(());
-    within("shutdown", server.served).await.unwrap();
+    server.stop().await;
 }

@@ -122,9 +122,9 @@ impl TlsServer {
     }
 }
 
-/// Writes `server`'s certificate and key and `ca` (as the client CA) to
-/// files and serves over TLS from them, asking clients for certificates
-/// as `clients` says.
+/// Writes `server`'s certificate and key and `ca` (as the client CA, when
+/// clients are asked for certificates) to files and serves over TLS from
+/// them, asking clients for certificates as `clients` says.
 pub async fn serve_tls(
     ca: &Ca,
     server: &Pair,
@@ -138,7 +138,7 @@ pub async fn serve_tls(
     let files = TlsFiles {
         cert: dir.join("chain.pem"),
         key: dir.join("key.pem"),
-        client_ca: Some(dir.join("ca.pem")),
+        client_ca: (clients != ClientCerts::None).then(|| dir.join("ca.pem")),
     };
     let tls = Arc::new(Tls::from_files(files, clients).unwrap());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
