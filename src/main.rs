@@ -137,7 +137,7 @@ enum Command {
         /// CA certificates (PEM) for mutual TLS: a client certificate they
         /// verify names its principal (subject CN, else first DNS name).
         /// Without --auth, every such client is a user of every tenant and
-        /// the certificate is required.
+        /// A2A calls without one are refused; cards and health stay public.
         #[arg(long, requires = "tls_cert")]
         tls_client_ca: Option<std::path::PathBuf>,
         /// The agent serving requests without a tenant.
@@ -365,10 +365,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             let tls = match (tls_cert, tls_key) {
                 (Some(cert), Some(key)) => {
                     use a2a_lifecycle::connections::{ClientCerts, Tls, TlsFiles};
-                    let clients = match (&tls_client_ca, &auth) {
-                        (None, _) => ClientCerts::None,
-                        (Some(_), Some(_)) => ClientCerts::Optional,
-                        (Some(_), None) => ClientCerts::Required,
+                    // Optional at the TLS layer even with mutual TLS alone:
+                    // the cards and health stay reachable without a
+                    // certificate, and the A2A service refuses calls
+                    // without one (UNAUTHENTICATED, with the reason).
+                    let clients = match tls_client_ca {
+                        None => ClientCerts::None,
+                        Some(_) => ClientCerts::Optional,
                     };
                     let files = TlsFiles {
                         cert,

@@ -146,18 +146,26 @@ async fn a_client_certificate_names_a_principal_of_the_auth_file() {
     server.stop().await;
 }
 
-/// Mutual TLS alone: the certificate is required; the subject CN, else
-/// the first DNS name, is a user of every tenant; the cards declare the
-/// mutual TLS scheme only.
+/// Mutual TLS alone (as `serve --tls-client-ca` runs it): A2A calls need
+/// a certificate, whose subject CN, else first DNS name, is a user of
+/// every tenant; the cards stay public and declare the mutual TLS scheme
+/// only. An embedder may require the certificate in the handshake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_alone_requires_a_certificate() {
     let ca = Ca::new();
-    let server = serve_tls(&ca, &ca.server(), ClientCerts::Required, None).await;
-    let without = channel(server.port, &ca.pem(), None).await;
-    if let Ok(ch) = without {
+    let required = serve_tls(&ca, &ca.server(), ClientCerts::Required, None).await;
+    if let Ok(ch) = channel(required.port, &ca.pem(), None).await {
         let answer = new_task(&mut A2aServiceClient::new(ch)).await;
         assert!(answer.is_err(), "served without a certificate: {answer:?}");
     }
+    required.stop().await;
+
+    let server = serve_tls(&ca, &ca.server(), ClientCerts::Optional, None).await;
+    let without = channel(server.port, &ca.pem(), None).await.unwrap();
+    let refused = new_task(&mut A2aServiceClient::new(without))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
     let dns_only = ca.client(None, &["build-agent.example.test"]);
     let mut agent = A2aServiceClient::new(
         channel(server.port, &ca.pem(), Some(&dns_only))
@@ -181,8 +189,9 @@ async fn mutual_tls_alone_requires_a_certificate() {
     );
     assert_eq!(get(&mut agent, &task.id).await.unwrap().id, task.id);
 
-    // The card (public, over HTTPS) declares mutual TLS and no bearer.
-    let card = card_over_mtls(server.port, &ca.pem(), &ca.client(Some("dave"), &[])).await;
+    // The card (public: fetched without a certificate) declares mutual TLS
+    // and no bearer.
+    let card = card_over_tls(server.port, &ca.pem(), None).await;
     assert!(card.starts_with("HTTP/1.1 200"), "{card}");
     assert!(card.contains("\"mtls\""), "{card}");
     assert!(card.contains("mtlsSecurityScheme"), "{card}");
@@ -190,27 +199,33 @@ async fn mutual_tls_alone_requires_a_certificate() {
     server.stop().await;
 }
 
-/// The agent card over HTTPS (HTTP/1.1), fetched with a client
-/// certificate: the handshake requires one here.
-async fn card_over_mtls(port: u16, ca: &str, client: &Pair) -> String {
+/// The agent card over HTTPS (HTTP/1.1), with a client certificate when
+/// given.
+async fn card_over_tls(port: u16, ca: &str, client: Option<&Pair>) -> String {
     let connector = {
         use rustls_pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
             roots.add(cert.unwrap()).unwrap();
         }
-        let chain = rustls_pki_types::CertificateDer::pem_slice_iter(client.chain.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(client.key.as_bytes()).unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .unwrap();
+        .with_root_certificates(roots);
+        let config = match client {
+            None => builder.with_no_client_auth(),
+            Some(client) => {
+                let chain =
+                    rustls_pki_types::CertificateDer::pem_slice_iter(client.chain.as_bytes())
+                        .collect::<Result<Vec<_>, _>>()
+                        .unwrap();
+                let key =
+                    rustls_pki_types::PrivateKeyDer::from_pem_slice(client.key.as_bytes()).unwrap();
+                builder.with_client_auth_cert(chain, key).unwrap()
+            }
+        };
         tokio_rustls::TlsConnector::from(Arc::new(config))
     };
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
