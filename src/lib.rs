@@ -15,6 +15,7 @@ pub mod error;
 pub mod json;
 pub mod lifecycle;
 pub mod proto;
+pub mod push;
 pub mod runtime;
 pub mod server;
 pub mod service;

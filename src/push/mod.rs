@@ -1,0 +1,8 @@
+//! Push notifications (spec §3.5.3, §4.3): webhooks a client registers on
+//! a task, to which the server POSTs the task's updates.
+//!
+//! [`egress`] decides where a webhook may go (the SSRF guard): which URLs
+//! are accepted when a config is created, and which addresses a delivery
+//! may connect to once the host is resolved.
+
+pub mod egress;
