@@ -27,6 +27,10 @@ pub enum A2aError {
     /// TaskNotFoundError: no such task for this tenant (or purged).
     #[error("task {task_id:?} not found")]
     TaskNotFound { task_id: String },
+    /// A push notification config the task does not have: TASK_NOT_FOUND
+    /// too (spec §3.1.8), with the config's id in the metadata.
+    #[error("task {task_id:?} has no push notification config {config_id:?}")]
+    PushConfigNotFound { task_id: String, config_id: String },
     /// TaskNotCancelableError: the task is already terminal (spec §3.1.5).
     #[error("task {task_id:?} is {state} and cannot be canceled")]
     TaskNotCancelable {
@@ -121,7 +125,7 @@ impl A2aError {
     /// The gRPC status code of spec §5.4.
     pub fn code(&self) -> Code {
         match self {
-            A2aError::TaskNotFound { .. } => Code::NotFound,
+            A2aError::TaskNotFound { .. } | A2aError::PushConfigNotFound { .. } => Code::NotFound,
             A2aError::TaskNotCancelable { .. }
             | A2aError::UnsupportedOperation { .. }
             | A2aError::PushNotificationNotSupported
@@ -142,7 +146,7 @@ impl A2aError {
     /// The `ErrorInfo.reason` (spec §10.6).
     pub fn reason(&self) -> &'static str {
         match self {
-            A2aError::TaskNotFound { .. } => "TASK_NOT_FOUND",
+            A2aError::TaskNotFound { .. } | A2aError::PushConfigNotFound { .. } => "TASK_NOT_FOUND",
             A2aError::TaskNotCancelable { .. } => "TASK_NOT_CANCELABLE",
             A2aError::UnsupportedOperation { .. } => "UNSUPPORTED_OPERATION",
             A2aError::PushNotificationNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
@@ -162,9 +166,9 @@ impl A2aError {
 
     fn metadata(&self) -> HashMap<String, String> {
         let task_id = match self {
-            A2aError::TaskNotFound { task_id } | A2aError::TaskNotCancelable { task_id, .. } => {
-                Some(task_id.clone())
-            }
+            A2aError::TaskNotFound { task_id }
+            | A2aError::TaskNotCancelable { task_id, .. }
+            | A2aError::PushConfigNotFound { task_id, .. } => Some(task_id.clone()),
             A2aError::UnsupportedOperation { task_id, .. }
             | A2aError::ResourceExhausted { task_id, .. } => task_id.clone(),
             _ => None,
@@ -176,6 +180,9 @@ impl A2aError {
         match self {
             A2aError::TaskNotCancelable { state, .. } => {
                 metadata.insert("state".to_owned(), (*state).to_owned());
+            }
+            A2aError::PushConfigNotFound { config_id, .. } => {
+                metadata.insert("config_id".to_owned(), config_id.clone());
             }
             A2aError::ExtensionSupportRequired { uri } => {
                 metadata.insert("extension".to_owned(), uri.clone());

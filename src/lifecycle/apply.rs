@@ -22,8 +22,9 @@ use prost_types::{Struct, Timestamp};
 
 use super::transition::{TransitionError, TransitionPolicy};
 use crate::proto::{
-    Artifact, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent, stream_response::Payload,
+    Artifact, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    stream_response::Payload,
 };
 
 /// A new status from the agent (or the server, for cancel and failure).
@@ -56,7 +57,24 @@ pub enum TaskEvent {
     /// the task's value for that key, and a null value removes the key. Not
     /// a stream event: readers and snapshots show it.
     Metadata(Struct),
+    /// A change to the task's push notification configs (spec §4.3). Not a
+    /// lifecycle step and not a stream event, so it is accepted in any
+    /// state: a finished task's configs can still be read and deleted.
+    PushConfig(PushConfigChange),
 }
+
+/// How a task's push notification configs change.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PushConfigChange {
+    /// Adds the config, or replaces the one with its id.
+    Set(TaskPushNotificationConfig),
+    /// Removes the config with this id, if there is one.
+    Delete(String),
+}
+
+/// Push notification configs one task may hold (spec §4.3 leaves it open;
+/// each costs a delivery per event).
+pub const MAX_PUSH_CONFIGS: usize = 10;
 
 /// Why an event could not be applied. The task is left unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +95,10 @@ pub enum ApplyError {
     EmptyMessageId,
     #[error("message {0:?} belongs to task {1:?}")]
     ForeignMessage(String, String),
+    #[error("the task already has {MAX_PUSH_CONFIGS} push notification configs")]
+    TooManyPushConfigs,
+    #[error("a push notification config needs an id")]
+    EmptyPushConfigId,
 }
 
 /// A task together with the lifecycle facts that are not part of the A2A
@@ -90,6 +112,10 @@ pub struct TaskRecord {
     /// the caller); "" for a task created without authentication. Set once,
     /// never changed.
     pub owner: String,
+    /// The task's push notification configs (spec §4.3), by id, in the
+    /// order they were first set; stored without their `tenant` and
+    /// `task_id`, which are the task's.
+    pub push_configs: Vec<TaskPushNotificationConfig>,
 }
 
 impl TaskRecord {
@@ -120,6 +146,7 @@ impl TaskRecord {
             },
             sealed_artifacts: Vec::new(),
             owner: String::new(),
+            push_configs: Vec::new(),
         }
     }
 
@@ -149,11 +176,16 @@ impl TaskRecord {
         now: Timestamp,
         policy: TransitionPolicy,
     ) -> Result<Option<StreamResponse>, ApplyError> {
+        if let TaskEvent::PushConfig(change) = event {
+            self.change_push_config(change)?;
+            return Ok(None);
+        }
         let state = self.state();
         if state.is_terminal() {
             return Err(ApplyError::Terminal(state));
         }
         match event {
+            TaskEvent::PushConfig(_) => unreachable!("applied above"),
             TaskEvent::Status(update) => self.apply_status(update, now, policy).map(Some),
             TaskEvent::Artifact(update) => self.apply_artifact(update).map(Some),
             TaskEvent::UserMessage(message) => {
@@ -184,6 +216,27 @@ impl TaskRecord {
                 Ok(None)
             }
         }
+    }
+
+    fn change_push_config(&mut self, change: PushConfigChange) -> Result<(), ApplyError> {
+        match change {
+            PushConfigChange::Set(mut config) => {
+                if config.id.is_empty() {
+                    return Err(ApplyError::EmptyPushConfigId);
+                }
+                config.tenant.clear();
+                config.task_id.clear();
+                match self.push_configs.iter().position(|c| c.id == config.id) {
+                    Some(at) => self.push_configs[at] = config,
+                    None if self.push_configs.len() >= MAX_PUSH_CONFIGS => {
+                        return Err(ApplyError::TooManyPushConfigs);
+                    }
+                    None => self.push_configs.push(config),
+                }
+            }
+            PushConfigChange::Delete(id) => self.push_configs.retain(|c| c.id != id),
+        }
+        Ok(())
     }
 
     /// Tags a message with this task's ids, refusing one that names another
@@ -458,9 +511,80 @@ mod tests {
                             assert!(r.task.metadata.as_ref().unwrap().fields.contains_key("k"));
                             assert_eq!(out, None);
                         }
+                        TaskEvent::PushConfig(_) => unreachable!("not in this list"),
                     }
                 }
             }
+        }
+    }
+
+    /// Push configs change in any state, are set by id (replacing one with
+    /// the same id), bounded, and never a stream event.
+    #[test]
+    fn push_configs_are_set_replaced_bounded_and_deleted_in_any_state() {
+        use super::{MAX_PUSH_CONFIGS, PushConfigChange};
+        let config = |id: &str, url: &str| TaskPushNotificationConfig {
+            tenant: "t".into(),
+            task_id: "t1".into(),
+            id: id.into(),
+            url: url.into(),
+            ..Default::default()
+        };
+        let set = |c| TaskEvent::PushConfig(PushConfigChange::Set(c));
+        for state in [TaskState::Working, TaskState::Completed] {
+            let mut r = record_in(state);
+            assert_eq!(
+                r.apply(
+                    set(config("a", "https://x/1")),
+                    ts(2),
+                    TransitionPolicy::Strict
+                ),
+                Ok(None)
+            );
+            assert_eq!(r.push_configs.len(), 1);
+            assert_eq!(r.push_configs[0].tenant, "", "stored without tenant");
+            assert_eq!(r.push_configs[0].task_id, "", "stored without task id");
+            r.apply(
+                set(config("a", "https://x/2")),
+                ts(3),
+                TransitionPolicy::Strict,
+            )
+            .unwrap();
+            assert_eq!(r.push_configs.len(), 1);
+            assert_eq!(r.push_configs[0].url, "https://x/2");
+            for i in 1..MAX_PUSH_CONFIGS {
+                r.apply(
+                    set(config(&i.to_string(), "https://x")),
+                    ts(4),
+                    TransitionPolicy::Strict,
+                )
+                .unwrap();
+            }
+            let before = r.clone();
+            assert_eq!(
+                r.apply(
+                    set(config("one-too-many", "https://x")),
+                    ts(5),
+                    TransitionPolicy::Strict
+                ),
+                Err(ApplyError::TooManyPushConfigs)
+            );
+            assert_eq!(r, before);
+            assert_eq!(
+                r.apply(
+                    set(config("", "https://x")),
+                    ts(5),
+                    TransitionPolicy::Strict
+                ),
+                Err(ApplyError::EmptyPushConfigId)
+            );
+            let delete = |id: &str| TaskEvent::PushConfig(PushConfigChange::Delete(id.into()));
+            r.apply(delete("a"), ts(6), TransitionPolicy::Strict)
+                .unwrap();
+            r.apply(delete("a"), ts(6), TransitionPolicy::Strict)
+                .unwrap();
+            assert_eq!(r.push_configs.len(), MAX_PUSH_CONFIGS - 1);
+            assert_eq!(r.state(), state, "the state is untouched");
         }
     }
 

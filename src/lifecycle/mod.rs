@@ -16,7 +16,10 @@ pub mod names;
 pub mod state;
 pub mod transition;
 
-pub use apply::{ApplyError, ArtifactUpdate, StatusUpdate, TaskEvent, TaskRecord};
+pub use apply::{
+    ApplyError, ArtifactUpdate, MAX_PUSH_CONFIGS, PushConfigChange, StatusUpdate, TaskEvent,
+    TaskRecord,
+};
 pub use history::{HistoryLength, HistoryLengthError};
 pub use names::{StateNameError, parse_state_name, state_name};
 pub use state::{StateClass, StateError, classify, state_from_i32};

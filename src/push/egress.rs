@@ -275,14 +275,23 @@ mod tests {
         ] {
             assert!(egress.permits(ip(addr)).is_err(), "{addr} permitted");
         }
-        for addr in ["93.184.215.14", "8.8.8.8", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for addr in [
+            "93.184.215.14",
+            "8.8.8.8",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
             assert_eq!(egress.permits(ip(addr)), Ok(()), "{addr} refused");
         }
     }
 
     #[test]
     fn only_the_allowed_ranges_open() {
-        let egress = Egress::new(vec!["127.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()]);
+        let egress = Egress::new(vec![
+            "127.0.0.0/8".parse().unwrap(),
+            "fd00::/8".parse().unwrap(),
+        ]);
         assert_eq!(egress.permits(ip("127.0.0.1")), Ok(()));
         assert_eq!(egress.permits(ip("::ffff:127.0.0.1")), Ok(()));
         assert_eq!(egress.permits(ip("fd00::5")), Ok(()));
@@ -305,7 +314,10 @@ mod tests {
         assert_eq!(parse("http://h:81").unwrap().port, 81);
         assert!(matches!(parse("ftp://h/x"), Err(UrlError::Scheme(_))));
         assert!(matches!(parse("file:///etc/passwd"), Err(_)));
-        assert!(matches!(parse("https://user:pw@h/x"), Err(UrlError::UserInfo)));
+        assert!(matches!(
+            parse("https://user:pw@h/x"),
+            Err(UrlError::UserInfo)
+        ));
         assert!(matches!(parse("https://user@h/x"), Err(UrlError::UserInfo)));
         assert!(matches!(parse("/relative"), Err(UrlError::Malformed(_))));
         assert!(matches!(parse("not a url"), Err(UrlError::Malformed(_))));
@@ -316,13 +328,21 @@ mod tests {
     #[tokio::test]
     async fn names_are_judged_by_what_they_resolve_to() {
         let egress = Egress::default();
-        for url in ["http://localhost:9/x", "http://127.0.0.1/x", "http://[::1]/x", "http://169.254.169.254/latest"] {
+        for url in [
+            "http://localhost:9/x",
+            "http://127.0.0.1/x",
+            "http://[::1]/x",
+            "http://169.254.169.254/latest",
+        ] {
             assert!(
                 matches!(egress.check_url(url).await, Err(UrlError::Refused { .. })),
                 "{url} accepted"
             );
         }
-        let open = Egress::new(vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()]);
+        let open = Egress::new(vec![
+            "127.0.0.0/8".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ]);
         assert!(open.check_url("http://localhost:9/x").await.is_ok());
         let target = parse("http://localhost:9/x").unwrap();
         assert!(egress.resolve(&target).await.is_err());

@@ -169,6 +169,8 @@ fn event_bytes(event: &TaskEvent) -> usize {
             TaskEvent::Artifact(a) => a.artifact.encoded_len(),
             TaskEvent::UserMessage(m) => m.encoded_len(),
             TaskEvent::Metadata(m) => m.encoded_len(),
+            TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Set(c)) => c.encoded_len(),
+            TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Delete(_)) => 0,
         }
 }
 
@@ -219,6 +221,17 @@ impl Loaded {
                 Err(_) => Cow::Borrowed(&self.record.task),
             },
             _ => Cow::Borrowed(&self.record.task),
+        }
+    }
+
+    /// The committed push notification configs: what a reader may be shown.
+    pub(crate) fn push_configs(&self) -> Cow<'_, [crate::proto::TaskPushNotificationConfig]> {
+        match &self.committed {
+            Some(committed) if !self.pending.is_empty() => match committed.decode() {
+                Ok(record) => Cow::Owned(record.push_configs),
+                Err(_) => Cow::Borrowed(&self.record.push_configs),
+            },
+            _ => Cow::Borrowed(&self.record.push_configs),
         }
     }
 

@@ -70,6 +70,7 @@
 //!    FAILED that ends the run.
 
 mod answer;
+mod configs;
 pub mod live;
 pub mod sink;
 pub mod stream;

@@ -20,6 +20,8 @@ struct StoredRecord {
     /// reads as a task created without authentication.
     #[prost(string, tag = "3")]
     owner: String,
+    #[prost(message, repeated, tag = "4")]
+    push_configs: Vec<crate::proto::TaskPushNotificationConfig>,
 }
 
 pub fn encode(record: &TaskRecord) -> Vec<u8> {
@@ -35,12 +37,16 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
             string::encoded_len(3, &record.owner)
         } else {
             0
-        };
+        }
+        + message::encoded_len_repeated(4, &record.push_configs);
     let mut buf = Vec::with_capacity(len);
     message::encode(1, &record.task, &mut buf);
     string::encode_repeated(2, &record.sealed_artifacts, &mut buf);
     if owner {
         string::encode(3, &record.owner, &mut buf);
+    }
+    for config in &record.push_configs {
+        message::encode(4, config, &mut buf);
     }
     buf
 }
@@ -52,6 +58,7 @@ pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
         task: stored.task.unwrap_or_default(),
         sealed_artifacts: stored.sealed_artifacts,
         owner: stored.owner,
+        push_configs: stored.push_configs,
     })
 }
 
@@ -82,10 +89,17 @@ mod tests {
         // owner: stored data stays readable.
         for owner in ["", "ci-bot"] {
             record.owner = owner.into();
+            record.push_configs = vec![crate::proto::TaskPushNotificationConfig {
+                id: format!("hook-{owner}"),
+                url: "https://hooks.example.test/a2a".into(),
+                token: "t".into(),
+                ..Default::default()
+            }];
             let message = StoredRecord {
                 task: Some(record.task.clone()),
                 sealed_artifacts: record.sealed_artifacts.clone(),
                 owner: owner.into(),
+                push_configs: record.push_configs.clone(),
             };
             assert_eq!(encode(&record), message.encode_to_vec());
             assert_eq!(decode(&encode(&record)).unwrap(), record);

@@ -383,5 +383,24 @@ pub(super) fn rich_record(id: &str) -> TaskRecord {
     ];
     r.task.metadata = Some(st(vec![("owner", sv("alice")), ("data", nested_data())]));
     r.sealed_artifacts = vec!["art-1".into()];
+    r.owner = "alice".into();
+    // Push configs are stored with the task (issue "push notifications").
+    r.push_configs = vec![
+        a2a_lifecycle::proto::TaskPushNotificationConfig {
+            id: "hook-1".into(),
+            url: "https://hooks.example.test/a2a?x=1".into(),
+            token: "opaque-token".into(),
+            authentication: Some(a2a_lifecycle::proto::AuthenticationInfo {
+                scheme: "Bearer".into(),
+                credentials: "secret".into(),
+            }),
+            ..Default::default()
+        },
+        a2a_lifecycle::proto::TaskPushNotificationConfig {
+            id: "hook-2".into(),
+            url: "http://[2001:db8::1]:8080/".into(),
+            ..Default::default()
+        },
+    ];
     r
 }
