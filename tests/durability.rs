@@ -22,8 +22,8 @@ use a2a_lifecycle::proto::{
 };
 use a2a_lifecycle::runtime::{RESTART_FAILURE, RuntimeConfig};
 use a2a_lifecycle::store::{
-    Caller, EncodedTask, ListQuery, MemoryStore, SqliteStore, StoreError, StoredTask, TaskPage,
-    TaskStore,
+    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, SqliteStore, StoreError, StoredTask,
+    TaskPage, TaskStore,
 };
 use support::*;
 
@@ -378,6 +378,15 @@ impl TaskStore for FailingWrites {
     }
     async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
         self.inner.owns(tenant, task_id, owner).await
+    }
+    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.inner.outbox(limit).await
+    }
+    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
+        self.inner.finish_delivery(seq).await
+    }
+    async fn defer_delivery(&self, seq: u64, attempts: u32, at: i64) -> Result<(), StoreError> {
+        self.inner.defer_delivery(seq, attempts, at).await
     }
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(tenant, task_id).await

@@ -253,3 +253,77 @@ async fn configs_are_bounded_per_task_and_kept_after_the_task_ends() {
         Err(A2aError::TaskNotFound { .. })
     ));
 }
+
+/// Every committed status and artifact update is written to the outbox
+/// for each of the task's configs, in commit order, by the write that
+/// commits it; a deleted config gets nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_events_enter_the_outbox_for_each_config() {
+    use a2a_lifecycle::proto::{StreamResponse, stream_response::Payload};
+    use prost::Message as _;
+    let store = Arc::new(a2a_lifecycle::store::MemoryStore::new());
+    let manager = TaskManager::new(
+        store.clone() as Arc<dyn TaskStore>,
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let anyone = Caller::ANONYMOUS;
+    let task = new_task(&manager, &anyone).await;
+    assert!(store.outbox(100).await.unwrap().is_empty(), "no config yet");
+    for id in ["one", "two"] {
+        manager
+            .set_push_config(TENANT, &anyone, config(&task, id))
+            .await
+            .unwrap();
+    }
+    // The diff: WORKING, the review artifact, COMPLETED.
+    let mut diff = user_message("diff --git a/x b/x");
+    diff.task_id = task.clone();
+    let outcome = manager
+        .send_message(
+            TENANT,
+            &anyone,
+            MessageRequest::from(diff),
+            HistoryLength::All,
+            false,
+        )
+        .await
+        .unwrap();
+    let SendOutcome::Task(handle) = outcome else {
+        panic!("a task")
+    };
+    let done = within("review", manager.wait(*handle)).await.unwrap();
+    assert_eq!(support::state_of(&done), TaskState::Completed);
+
+    let outbox = store.outbox(100).await.unwrap();
+    let describe = |config: &str| -> Vec<String> {
+        outbox
+            .iter()
+            .filter(|d| d.config_id == config)
+            .map(|d| {
+                assert_eq!(
+                    (d.tenant.as_str(), d.task_id.as_str()),
+                    (TENANT, task.as_str())
+                );
+                match StreamResponse::decode(&d.event[..]).unwrap().payload {
+                    Some(Payload::StatusUpdate(u)) => TaskState::try_from(u.status.unwrap().state)
+                        .unwrap()
+                        .as_str_name()
+                        .to_owned(),
+                    Some(Payload::ArtifactUpdate(a)) => {
+                        format!("artifact {}", a.artifact.unwrap().artifact_id)
+                    }
+                    other => panic!("not a status or artifact update: {other:?}"),
+                }
+            })
+            .collect()
+    };
+    let expected = [
+        "TASK_STATE_WORKING",
+        "artifact review",
+        "TASK_STATE_COMPLETED",
+    ];
+    assert_eq!(describe("one"), expected);
+    assert_eq!(describe("two"), expected);
+    assert!(outbox.windows(2).all(|w| w[0].seq < w[1].seq));
+}

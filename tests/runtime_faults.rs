@@ -18,7 +18,8 @@ use a2a_lifecycle::lifecycle::HistoryLength;
 use a2a_lifecycle::proto::{Task, TaskState};
 use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskHandle, TaskManager};
 use a2a_lifecycle::store::{
-    Caller, EncodedTask, ListQuery, MemoryStore, StoreError, StoredTask, TaskPage, TaskStore,
+    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, StoreError, StoredTask, TaskPage,
+    TaskStore,
 };
 use support::*;
 
@@ -74,6 +75,15 @@ impl TaskStore for Flaky {
     }
     async fn owns(&self, t: &str, id: &str, o: &str) -> Result<bool, StoreError> {
         self.inner.owns(t, id, o).await
+    }
+    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.inner.outbox(limit).await
+    }
+    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
+        self.inner.finish_delivery(seq).await
+    }
+    async fn defer_delivery(&self, seq: u64, attempts: u32, at: i64) -> Result<(), StoreError> {
+        self.inner.defer_delivery(seq, attempts, at).await
     }
     async fn get(&self, t: &str, id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(t, id).await

@@ -295,12 +295,14 @@ mod migrations {
         super::close(store).await;
 
         // What an sqlx-era server left at migration 3: no quarantine
-        // table, no owners, no user_version, sqlx's own record of 1 to 3.
+        // table, no owners, no outbox, no user_version, sqlx's own record
+        // of 1 to 3.
         let side = rusqlite::Connection::open(&path).unwrap();
         side.execute_batch(
             "DROP TABLE quarantine;
              DROP INDEX tasks_by_owner;
              DROP INDEX tasks_by_owner_id;
+             DROP TABLE push_outbox;
              ALTER TABLE tasks DROP COLUMN owner;
              PRAGMA user_version = 0;
              CREATE TABLE _sqlx_migrations (
@@ -317,7 +319,7 @@ mod migrations {
         side.close().unwrap();
 
         // Re-running migration 1 would fail on the existing table: the
-        // database must open at version 3 and take 4 and 5.
+        // database must open at version 3 and take 4 to 6.
         let store = SqliteStore::open(&path).await.expect("opens");
         let kept = store.get("", "kept").await.unwrap().expect("task kept");
         assert_eq!(kept.record.task.id, "kept");
@@ -331,7 +333,7 @@ mod migrations {
         let version: i64 = side
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 5);
+        assert_eq!(version, 6);
         let quarantine: i64 = side
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'",

@@ -36,7 +36,7 @@ use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{ApplyError, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy};
 use crate::proto::{Message, StreamResponse, Task, TaskState, stream_response::Payload};
-use crate::store::{Caller, EncodedTask, StoreError};
+use crate::store::{Caller, EncodedTask, OutboxEntry, StoreError};
 
 /// What blocking waiters watch: the committed state, how many status
 /// events have been committed, and where the task's runs are.
@@ -242,6 +242,30 @@ impl Loaded {
             _ => self.record.state(),
         }
     }
+}
+
+/// The push notifications a write of these pending events makes due: each
+/// status and artifact update (spec §4.3: what a stream would carry), to
+/// each of the task's configs, in order, written by the same store write
+/// (the outbox). Nothing to do, and no encoding, for a task without
+/// configs.
+fn outbox_entries(
+    configs: &[crate::proto::TaskPushNotificationConfig],
+    pending: &[Pending],
+) -> Vec<OutboxEntry> {
+    use prost::Message as _;
+    if configs.is_empty() {
+        return Vec::new();
+    }
+    let mut entries = Vec::new();
+    for out in pending.iter().filter_map(|p| p.out.as_ref()) {
+        let event = out.encode_to_vec();
+        entries.extend(configs.iter().map(|c| OutboxEntry {
+            config_id: c.id.clone(),
+            event: event.clone(),
+        }));
+    }
+    entries
 }
 
 /// Resolves when an accepted event is committed, or fails with the store's
@@ -585,8 +609,10 @@ impl LiveTask {
             return NextWrite::Gather;
         }
         *seen = 0;
+        let mut write = EncodedTask::new(&loaded.record);
+        write.outbox = outbox_entries(&loaded.record.push_configs, &loaded.pending);
         NextWrite::Write {
-            write: EncodedTask::new(&loaded.record),
+            write,
             version: loaded.version,
             count: loaded.pending.len(),
         }
@@ -605,6 +631,9 @@ impl LiveTask {
     ) {
         loaded.version = version;
         loaded.bytes = write.bytes.len();
+        let mut write = write;
+        // Stored; the committed copy does not need them.
+        write.outbox = Vec::new();
         loaded.committed = Some(write);
         let done: Vec<Pending> = loaded.pending.drain(..count).collect();
         let mut follow_ups = false;

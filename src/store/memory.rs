@@ -24,8 +24,8 @@ use prost_types::Timestamp;
 use std::sync::Arc;
 
 use super::{
-    Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey, codec,
-    origin_key, origin_of, time_key,
+    Cursor, Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey,
+    codec, origin_key, origin_of, time_key,
 };
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::state_from_i32;
@@ -83,6 +83,36 @@ struct TenantTasks {
 #[derive(Default)]
 pub struct MemoryStore {
     tenants: RwLock<HashMap<String, TenantTasks>>,
+    /// Push notifications due, by seq. Locked inside `tenants`' write lock
+    /// when a task write adds to it, so an entry is never seen before the
+    /// write that made it.
+    outbox: std::sync::Mutex<Outbox>,
+}
+
+#[derive(Default)]
+struct Outbox {
+    entries: std::collections::BTreeMap<u64, Delivery>,
+    next_seq: u64,
+}
+
+impl Outbox {
+    fn add(&mut self, tenant: &str, task: &EncodedTask) {
+        for entry in &task.outbox {
+            self.next_seq += 1;
+            self.entries.insert(
+                self.next_seq,
+                Delivery {
+                    seq: self.next_seq,
+                    tenant: tenant.to_owned(),
+                    task_id: task.id.clone(),
+                    config_id: entry.config_id.clone(),
+                    event: entry.event.clone(),
+                    attempts: 0,
+                    not_before_ms: 0,
+                },
+            );
+        }
+    }
 }
 
 impl MemoryStore {
@@ -117,6 +147,9 @@ impl TaskStore for MemoryStore {
         }
         tasks.order.insert((Reverse(entry.status), id.clone()));
         tasks.by_id.insert(id, entry);
+        if !task.outbox.is_empty() {
+            self.outbox.lock().map_err(poisoned)?.add(tenant, task);
+        }
         Ok(1)
     }
 
@@ -198,6 +231,9 @@ impl TaskStore for MemoryStore {
         if old != new {
             tasks.order.remove(&(Reverse(old), key.clone()));
             tasks.order.insert((Reverse(new), key));
+        }
+        if !task.outbox.is_empty() {
+            self.outbox.lock().map_err(poisoned)?.add(tenant, task);
         }
         Ok(version)
     }
@@ -316,5 +352,28 @@ impl TaskStore for MemoryStore {
         }
         tenants.retain(|_, t| !t.by_id.is_empty());
         Ok(purged)
+    }
+
+    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        let outbox = self.outbox.lock().map_err(poisoned)?;
+        Ok(outbox.entries.values().take(limit).cloned().collect())
+    }
+
+    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
+        self.outbox.lock().map_err(poisoned)?.entries.remove(&seq);
+        Ok(())
+    }
+
+    async fn defer_delivery(
+        &self,
+        seq: u64,
+        attempts: u32,
+        not_before_ms: i64,
+    ) -> Result<(), StoreError> {
+        if let Some(entry) = self.outbox.lock().map_err(poisoned)?.entries.get_mut(&seq) {
+            entry.attempts = attempts;
+            entry.not_before_ms = not_before_ms;
+        }
+        Ok(())
     }
 }

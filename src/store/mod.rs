@@ -166,6 +166,33 @@ pub struct EncodedTask {
     /// The idempotency key ([`origin_key`] of the owner and the creating
     /// message's id); empty for a task without a creating message.
     pub origin: Vec<u8>,
+    /// Push notifications this write makes due, stored by the same write
+    /// (a transactional outbox): committed together or not at all.
+    pub outbox: Vec<OutboxEntry>,
+}
+
+/// A push notification to send, written with the task change it reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// The task's config it goes to.
+    pub config_id: String,
+    /// The event: an encoded `StreamResponse`.
+    pub event: Vec<u8>,
+}
+
+/// A push notification waiting in the outbox, as delivery reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Outbox order: increasing in commit order, across all tasks.
+    pub seq: u64,
+    pub tenant: String,
+    pub task_id: String,
+    pub config_id: String,
+    pub event: Vec<u8>,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Not to be tried before this time (Unix milliseconds).
+    pub not_before_ms: i64,
 }
 
 impl EncodedTask {
@@ -178,6 +205,7 @@ impl EncodedTask {
             status: status_key(&record.task),
             owner: record.owner.clone(),
             origin: origin_of(record),
+            outbox: Vec::new(),
         }
     }
 
@@ -260,6 +288,21 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Deletes terminal tasks whose status timestamp is before `before`;
     /// returns how many were deleted (retention).
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError>;
+
+    /// The oldest `limit` outbox entries, in `seq` order, due or not.
+    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Removes an outbox entry: delivered, or given up.
+    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError>;
+
+    /// Records a failed attempt: `attempts` made, next not before
+    /// `not_before_ms`.
+    async fn defer_delivery(
+        &self,
+        seq: u64,
+        attempts: u32,
+        not_before_ms: i64,
+    ) -> Result<(), StoreError>;
 }
 
 /// The id of the message that created a task: the first of its history

@@ -46,6 +46,7 @@ mod list_pages;
 mod list_trimming;
 mod maintenance;
 mod origins;
+mod outbox;
 mod owners;
 mod tenants;
 
@@ -57,6 +58,7 @@ pub use list_pages::*;
 pub use list_trimming::*;
 pub use maintenance::*;
 pub use origins::*;
+pub use outbox::*;
 pub use owners::*;
 pub use tenants::*;
 
@@ -132,6 +134,8 @@ macro_rules! store_conformance_tests {
             get_owned_finds_only_the_owners_task,
             list_with_an_owner_sees_only_that_owners_tasks,
             idempotency_keys_are_per_owner,
+            // push notification outbox (outbox.rs)
+            outbox_entries_commit_with_their_write,
             active_tasks_lists_submitted_and_working_in_every_tenant,
             purge_deletes_only_old_terminal_tasks,
         );

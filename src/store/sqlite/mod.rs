@@ -32,8 +32,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use rusqlite_migration::{M, Migrations};
 
 use super::{
-    Cursor, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec, origin_key,
-    status_key, time_key,
+    Cursor, Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec,
+    origin_key, status_key, time_key,
 };
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{StateClass, classify};
@@ -53,6 +53,9 @@ const MIGRATIONS: &[M<'static>] = &[
         "../../../migrations/sqlite/0004_quarantine.sql"
     )),
     M::up(include_str!("../../../migrations/sqlite/0005_owners.sql")),
+    M::up(include_str!(
+        "../../../migrations/sqlite/0006_push_outbox.sql"
+    )),
 ];
 
 /// How long a statement waits for another connection's write lock before
@@ -382,6 +385,7 @@ fn row(tenant: &str, task: &EncodedTask) -> writer::Row {
         status: task.status,
         owner: task.owner.as_bytes().to_vec(),
         origin: task.origin.clone(),
+        outbox: task.outbox.clone(),
         record: task.bytes.clone(),
     }
 }
@@ -570,6 +574,54 @@ impl TaskStore for SqliteStore {
             }
         })
         .await
+    }
+
+    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.read(move |conn| {
+            let mut statement = conn
+                .prepare_cached(
+                    "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
+                     FROM push_outbox ORDER BY seq LIMIT ?1",
+                )
+                .map_err(map_err)?;
+            let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+            let rows = statement
+                .query_map([limit as i64], |r| {
+                    Ok(Delivery {
+                        seq: r.get::<_, i64>(0)? as u64,
+                        tenant: text(r.get(1)?),
+                        task_id: text(r.get(2)?),
+                        config_id: text(r.get(3)?),
+                        event: r.get(4)?,
+                        attempts: r.get::<_, i64>(5)? as u32,
+                        not_before_ms: r.get(6)?,
+                    })
+                })
+                .map_err(map_err)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(map_err)
+        })
+        .await
+    }
+
+    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
+        self.writer
+            .write(writer::Write::FinishDelivery { seq: seq as i64 })
+            .await
+            .map(drop)
+    }
+
+    async fn defer_delivery(
+        &self,
+        seq: u64,
+        attempts: u32,
+        not_before_ms: i64,
+    ) -> Result<(), StoreError> {
+        let write = writer::Write::DeferDelivery {
+            seq: seq as i64,
+            attempts: attempts as i64,
+            not_before_ms,
+        };
+        self.writer.write(write).await.map(drop)
     }
 
     async fn update_encoded(

@@ -68,6 +68,8 @@ pub(super) struct Row {
     /// The idempotency key (`store::origin_key`), in the
     /// `origin_message_id` column; empty for none.
     pub origin: Vec<u8>,
+    /// Push notifications to add to `push_outbox` with this row.
+    pub outbox: Vec<crate::store::OutboxEntry>,
     pub record: std::sync::Arc<[u8]>,
 }
 
@@ -86,6 +88,16 @@ pub(super) enum Write {
         id: Vec<u8>,
         reason: String,
     },
+    /// Removes a push notification from the outbox.
+    FinishDelivery {
+        seq: i64,
+    },
+    /// Records a failed attempt at one.
+    DeferDelivery {
+        seq: i64,
+        attempts: i64,
+        not_before_ms: i64,
+    },
 }
 
 /// What a write did, as the store reports it.
@@ -101,6 +113,8 @@ pub(super) enum Outcome {
     Purged(u64),
     /// The task was moved aside.
     Quarantined,
+    /// An outbox change was made.
+    Outbox,
 }
 
 type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
@@ -607,6 +621,20 @@ fn apply(
         } => update(db, row, *expected_version),
         Write::Quarantine { tenant, id, reason } => quarantine(db, tenant, id, reason),
         Write::Purge { before } => purge(db, *before, origins),
+        Write::FinishDelivery { seq } => {
+            db.prepare_cached("DELETE FROM push_outbox WHERE seq = ?")?
+                .execute([seq])?;
+            Ok(Outcome::Outbox)
+        }
+        Write::DeferDelivery {
+            seq,
+            attempts,
+            not_before_ms,
+        } => {
+            db.prepare_cached("UPDATE push_outbox SET attempts = ?, not_before = ? WHERE seq = ?")?
+                .execute([attempts, not_before_ms, seq])?;
+            Ok(Outcome::Outbox)
+        }
     }
 }
 
@@ -666,7 +694,24 @@ fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result
         // commit, whatever refused it.
         origins.append(db, row).map_err(Failure::Abort)?;
     }
+    add_to_outbox(db, row).map_err(Failure::Abort)?;
     Ok(Outcome::Created)
+}
+
+/// The row's push notifications, into the outbox in the same transaction.
+fn add_to_outbox(db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
+    for entry in &row.outbox {
+        db.prepare_cached(
+            "INSERT INTO push_outbox (tenant, task_id, config_id, event) VALUES (?, ?, ?, ?)",
+        )?
+        .execute(params![
+            row.tenant,
+            row.id,
+            entry.config_id.as_bytes(),
+            entry.event
+        ])?;
+    }
+    Ok(())
 }
 
 /// Replaces a task made from `expected_version` (optimistic concurrency).
@@ -688,6 +733,9 @@ fn update(db: &rusqlite::Connection, row: &Row, expected_version: i64) -> Result
             expected_version,
         ])?;
     if changed == 1 {
+        // The row is changed; without its outbox entries the batch must
+        // not commit, whatever refused them.
+        add_to_outbox(db, row).map_err(Failure::Abort)?;
         return Ok(Outcome::Updated(expected_version as u64 + 1));
     }
     let current: Option<i64> = db
