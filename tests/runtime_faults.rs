@@ -79,6 +79,9 @@ impl TaskStore for Flaky {
     async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         self.inner.outbox(limit).await
     }
+    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.inner.outbox_heads(limit).await
+    }
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
         self.inner.finish_delivery(seq).await
     }

@@ -11,3 +11,6 @@ CREATE TABLE push_outbox (
     attempts    INTEGER NOT NULL DEFAULT 0,
     not_before  INTEGER NOT NULL DEFAULT 0
 );
+-- Each queue's oldest entry (delivery keeps one queue's order and lets
+-- no queue hold up another).
+CREATE INDEX push_outbox_by_queue ON push_outbox (tenant, task_id, config_id, seq);

@@ -359,6 +359,18 @@ impl TaskStore for MemoryStore {
         Ok(outbox.entries.values().take(limit).cloned().collect())
     }
 
+    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        let outbox = self.outbox.lock().map_err(poisoned)?;
+        let mut seen = std::collections::HashSet::new();
+        Ok(outbox
+            .entries
+            .values()
+            .filter(|d| seen.insert((&d.tenant, &d.task_id, &d.config_id)))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
         self.outbox.lock().map_err(poisoned)?.entries.remove(&seq);
         Ok(())

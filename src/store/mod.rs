@@ -292,6 +292,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The oldest `limit` outbox entries, in `seq` order, due or not.
     async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError>;
 
+    /// The oldest entry of each queue (tenant, task, config), in `seq`
+    /// order, at most `limit`: what delivery tries next, so that a queue
+    /// with many entries waiting (a dead webhook) never hides another's.
+    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError>;
+
     /// Removes an outbox entry: delivered, or given up.
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError>;
 

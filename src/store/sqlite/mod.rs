@@ -90,6 +90,15 @@ const GET: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = 
 /// condition, repeated so that SQLite may use it).
 const GET_OWNED: &str = "SELECT record, version FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
+/// The outbox in commit order.
+const OUTBOX: &str = "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
+     FROM push_outbox ORDER BY seq LIMIT ?1";
+/// The oldest entry of each (tenant, task, config) queue, by the queue
+/// index (migration 0006).
+const OUTBOX_HEADS: &str = "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
+     FROM push_outbox WHERE seq IN \
+     (SELECT MIN(seq) FROM push_outbox GROUP BY tenant, task_id, config_id) \
+     ORDER BY seq LIMIT ?1";
 /// [`GET_OWNED`] without the record: answered from the index alone.
 const OWNS: &str = "SELECT 1 FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
@@ -477,6 +486,36 @@ fn read_task(
     row.map(|(r, v)| stored(r, v)).transpose()
 }
 
+impl SqliteStore {
+    /// Outbox entries as `sql` (one of [`OUTBOX`], [`OUTBOX_HEADS`]) picks
+    /// them.
+    async fn read_outbox(
+        &self,
+        sql: &'static str,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.read(move |conn| {
+            let mut statement = conn.prepare_cached(sql).map_err(map_err)?;
+            let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+            let rows = statement
+                .query_map([limit as i64], |r| {
+                    Ok(Delivery {
+                        seq: r.get::<_, i64>(0)? as u64,
+                        tenant: text(r.get(1)?),
+                        task_id: text(r.get(2)?),
+                        config_id: text(r.get(3)?),
+                        event: r.get(4)?,
+                        attempts: r.get::<_, i64>(5)? as u32,
+                        not_before_ms: r.get(6)?,
+                    })
+                })
+                .map_err(map_err)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(map_err)
+        })
+        .await
+    }
+}
+
 #[async_trait]
 impl TaskStore for SqliteStore {
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
@@ -577,30 +616,11 @@ impl TaskStore for SqliteStore {
     }
 
     async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.read(move |conn| {
-            let mut statement = conn
-                .prepare_cached(
-                    "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
-                     FROM push_outbox ORDER BY seq LIMIT ?1",
-                )
-                .map_err(map_err)?;
-            let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
-            let rows = statement
-                .query_map([limit as i64], |r| {
-                    Ok(Delivery {
-                        seq: r.get::<_, i64>(0)? as u64,
-                        tenant: text(r.get(1)?),
-                        task_id: text(r.get(2)?),
-                        config_id: text(r.get(3)?),
-                        event: r.get(4)?,
-                        attempts: r.get::<_, i64>(5)? as u32,
-                        not_before_ms: r.get(6)?,
-                    })
-                })
-                .map_err(map_err)?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(map_err)
-        })
-        .await
+        self.read_outbox(OUTBOX, limit).await
+    }
+
+    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.read_outbox(OUTBOX_HEADS, limit).await
     }
 
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
