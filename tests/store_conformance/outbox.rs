@@ -83,6 +83,17 @@ pub async fn outbox_entries_commit_with_their_write(store: Store) {
     assert!(all.iter().all(|d| d.attempts == 0));
     assert_eq!(store.outbox(2).await.unwrap().len(), 2, "limit");
 
+    // One head per queue: a's hook (a1, not a2), b's x and y.
+    let heads = store.outbox_heads(100).await.unwrap();
+    assert_eq!(
+        seen(&heads),
+        [
+            ("a".into(), "hook".into(), "a1".into()),
+            ("b".into(), "x".into(), "b1".into()),
+            ("b".into(), "y".into(), "b1".into()),
+        ]
+    );
+    assert_eq!(store.outbox_heads(1).await.unwrap().len(), 1, "limit");
     store
         .defer_delivery(all[0].seq, 3, 1_700_000_000_000)
         .await
@@ -97,4 +108,9 @@ pub async fn outbox_entries_commit_with_their_write(store: Store) {
         (3, 1_700_000_000_000)
     );
     assert_eq!(left[1].config_id, "y");
+    // Finishing a queue's head makes its next entry the head.
+    store.finish_delivery(all[0].seq).await.unwrap();
+    let heads = store.outbox_heads(100).await.unwrap();
+    assert_eq!(heads[0].task_id, "b");
+    assert_eq!(seen(&heads)[1], ("a".into(), "hook".into(), "a2".into()));
 }
