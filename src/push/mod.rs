@@ -3,6 +3,9 @@
 //!
 //! [`egress`] decides where a webhook may go (the SSRF guard): which URLs
 //! are accepted when a config is created, and which addresses a delivery
-//! may connect to once the host is resolved.
+//! may connect to once the host is resolved. [`deliver`] sends what the
+//! store's outbox holds: the runtime writes each notification there in the
+//! same write that commits its event.
 
+pub mod deliver;
 pub mod egress;

@@ -632,8 +632,11 @@ impl LiveTask {
         loaded.version = version;
         loaded.bytes = write.bytes.len();
         let mut write = write;
-        // Stored; the committed copy does not need them.
-        write.outbox = Vec::new();
+        if !write.outbox.is_empty() {
+            // Stored; the committed copy does not need them.
+            write.outbox = Vec::new();
+            shared.outbox.notify_one();
+        }
         loaded.committed = Some(write);
         let done: Vec<Pending> = loaded.pending.drain(..count).collect();
         let mut follow_ups = false;

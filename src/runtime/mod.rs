@@ -158,6 +158,9 @@ pub(crate) struct Shared {
     /// Executor runs going on, by task (see `TaskManager::drain_runs`).
     pub(crate) running: tokio::sync::watch::Sender<HashMap<TaskKey, usize>>,
     pub(crate) shutdown: CancellationToken,
+    /// Raised after a commit that added push notifications to the outbox
+    /// (see [`TaskManager::outbox_signal`]).
+    pub(crate) outbox: Arc<tokio::sync::Notify>,
 }
 
 /// Repeats waiting on the first request for (tenant, message_id).
@@ -366,6 +369,7 @@ impl TaskManager {
                 origins: Mutex::new(HashMap::default()),
                 running: tokio::sync::watch::Sender::new(HashMap::new()),
                 shutdown: CancellationToken::new(),
+                outbox: Arc::new(tokio::sync::Notify::new()),
             }),
         }
     }
@@ -382,6 +386,12 @@ impl TaskManager {
     /// in a request). Finished, unobserved tasks live only in the store.
     pub fn live_task_count(&self) -> usize {
         self.shared.live.lock().expect("live map poisoned").len()
+    }
+
+    /// Raised after each commit that added push notifications to the
+    /// store's outbox: what wakes delivery (`push::deliver::Dispatcher`).
+    pub fn outbox_signal(&self) -> Arc<tokio::sync::Notify> {
+        self.shared.outbox.clone()
     }
 
     /// Fired on graceful shutdown: open streams end, executors are cancelled.

@@ -1,0 +1,273 @@
+//! Push delivery (issue "push notifications") with a real HTTP receiver on
+//! loopback: every committed event reaches each config in order with its
+//! headers; failures are retried without losing or reordering events; an
+//! address the policy refuses is never reached; a deleted config gets
+//! nothing more.
+
+mod support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use a2a_lifecycle::agent::demo::demo_router;
+use a2a_lifecycle::lifecycle::HistoryLength;
+use a2a_lifecycle::proto::{
+    AuthenticationInfo, StreamResponse, TaskPushNotificationConfig, TaskState,
+    stream_response::Payload,
+};
+use a2a_lifecycle::push::deliver::{Dispatcher, Settings};
+use a2a_lifecycle::push::egress::Egress;
+use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+use a2a_lifecycle::store::{Caller, MemoryStore, TaskStore};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use support::{user_message, within};
+
+const TENANT: &str = "code-reviewer";
+
+/// One POST as the receiver saw it.
+#[derive(Debug)]
+struct Received {
+    authorization: Option<String>,
+    token: Option<String>,
+    content_type: Option<String>,
+    event: String,
+}
+
+/// An HTTP/1.1 receiver on loopback that answers the first `fail` POSTs
+/// 503 (`Retry-After: 0`), then 200; each POST it takes goes to the
+/// channel.
+async fn receiver(fail: usize) -> (u16, mpsc::UnboundedReceiver<Received>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let failures = Arc::new(AtomicUsize::new(fail));
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (tx, failures) = (tx.clone(), failures.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let (tx, failures) = (tx.clone(), failures.clone());
+                        async move {
+                            use http_body_util::BodyExt;
+                            let header = |name: &str| {
+                                request
+                                    .headers()
+                                    .get(name)
+                                    .map(|v| v.to_str().unwrap().to_owned())
+                            };
+                            let (authorization, token, content_type) = (
+                                header("authorization"),
+                                header("x-a2a-notification-token"),
+                                header("content-type"),
+                            );
+                            let body = request.into_body().collect().await.unwrap().to_bytes();
+                            let failing = failures
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                    n.checked_sub(1)
+                                })
+                                .is_ok();
+                            let status = if failing {
+                                503
+                            } else {
+                                let _ = tx.send(Received {
+                                    authorization,
+                                    token,
+                                    content_type,
+                                    event: String::from_utf8(body.to_vec()).unwrap(),
+                                });
+                                200
+                            };
+                            Ok::<_, Infallible>(
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .header("retry-after", "0")
+                                    .body(http_body_util::Empty::<bytes::Bytes>::new())
+                                    .unwrap(),
+                            )
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    (port, rx)
+}
+
+struct Setup {
+    manager: TaskManager,
+    store: Arc<MemoryStore>,
+    stop: CancellationToken,
+}
+
+fn setup(egress: Egress) -> Setup {
+    let store = Arc::new(MemoryStore::new());
+    let manager = TaskManager::new(
+        store.clone() as Arc<dyn TaskStore>,
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let stop = CancellationToken::new();
+    let dispatcher = Dispatcher::new(
+        store.clone() as Arc<dyn TaskStore>,
+        Settings {
+            egress,
+            ..Settings::default()
+        },
+        manager.outbox_signal(),
+    );
+    tokio::spawn(dispatcher.run(stop.clone()));
+    Setup {
+        manager,
+        store,
+        stop,
+    }
+}
+
+fn loopback() -> Egress {
+    Egress::new(vec!["127.0.0.0/8".parse().unwrap()])
+}
+
+/// A code-reviewer task waiting for the diff, with a webhook on `port`.
+async fn task_with_hook(manager: &TaskManager, port: u16, id: &str) -> String {
+    let outcome = manager
+        .send_message(
+            TENANT,
+            &Caller::ANONYMOUS,
+            MessageRequest::from(user_message("review my change")),
+            HistoryLength::All,
+            false,
+        )
+        .await
+        .unwrap();
+    let SendOutcome::Task(handle) = outcome else {
+        panic!("a task")
+    };
+    let task = within("task", manager.wait(*handle)).await.unwrap();
+    manager
+        .set_push_config(
+            TENANT,
+            &Caller::ANONYMOUS,
+            TaskPushNotificationConfig {
+                tenant: TENANT.into(),
+                task_id: task.id.clone(),
+                id: id.into(),
+                url: format!("http://127.0.0.1:{port}/hooks/a2a?x=1"),
+                token: "opaque-token".into(),
+                authentication: Some(AuthenticationInfo {
+                    scheme: "Bearer".into(),
+                    credentials: "secret-credential".into(),
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    task.id
+}
+
+/// Sends the diff: WORKING, the review artifact, COMPLETED.
+async fn finish(manager: &TaskManager, task_id: &str) {
+    let mut diff = user_message("diff --git a/x b/x");
+    diff.task_id = task_id.into();
+    let outcome = manager
+        .send_message(
+            TENANT,
+            &Caller::ANONYMOUS,
+            MessageRequest::from(diff),
+            HistoryLength::All,
+            false,
+        )
+        .await
+        .unwrap();
+    let SendOutcome::Task(handle) = outcome else {
+        panic!("a task")
+    };
+    let done = within("review", manager.wait(*handle)).await.unwrap();
+    assert_eq!(support::state_of(&done), TaskState::Completed);
+}
+
+fn describe(event: &str) -> String {
+    let event: StreamResponse = a2a_lifecycle::json::from_str(event).unwrap();
+    match event.payload {
+        Some(Payload::StatusUpdate(u)) => TaskState::try_from(u.status.unwrap().state)
+            .unwrap()
+            .as_str_name()
+            .to_owned(),
+        Some(Payload::ArtifactUpdate(a)) => format!("artifact {}", a.artifact.unwrap().artifact_id),
+        other => panic!("not an update: {other:?}"),
+    }
+}
+
+const EXPECTED: [&str; 3] = [
+    "TASK_STATE_WORKING",
+    "artifact review",
+    "TASK_STATE_COMPLETED",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_reaches_the_webhook_in_order_with_its_headers() {
+    let (port, mut received) = receiver(0).await;
+    let s = setup(loopback());
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    let mut seen = Vec::new();
+    for _ in EXPECTED {
+        let r = within("a notification", received.recv()).await.unwrap();
+        assert_eq!(r.authorization.as_deref(), Some("Bearer secret-credential"));
+        assert_eq!(r.token.as_deref(), Some("opaque-token"));
+        assert_eq!(r.content_type.as_deref(), Some("application/a2a+json"));
+        seen.push(describe(&r.event));
+    }
+    assert_eq!(seen, EXPECTED);
+    // Done: the outbox empties.
+    within("outbox drained", async {
+        while !s.store.outbox(10).await.unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_that_fails_twice_still_gets_every_event_in_order() {
+    let (port, mut received) = receiver(2).await;
+    let s = setup(loopback());
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    let mut seen = Vec::new();
+    for _ in EXPECTED {
+        let r = within("a notification", received.recv()).await.unwrap();
+        seen.push(describe(&r.event));
+    }
+    assert_eq!(seen, EXPECTED, "retried, in order");
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_address_is_never_reached() {
+    let (port, mut received) = receiver(0).await;
+    // The default policy: loopback is refused.
+    let s = setup(Egress::default());
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    // Each entry is given up (refused is final), and nothing arrived.
+    within("outbox drained", async {
+        while !s.store.outbox(10).await.unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(
+        received.try_recv().is_err(),
+        "a refused address was reached"
+    );
+    s.stop.cancel();
+}
