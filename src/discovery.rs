@@ -63,6 +63,9 @@ pub struct DiscoveryConfig {
     /// declared on every card (spec §4.5, §13.1); the cards themselves stay
     /// public.
     pub security: Option<CardSecurity>,
+    /// Push notifications are delivered (`serve` with push on): the cards
+    /// declare `capabilities.pushNotifications` (spec §3.3.4).
+    pub push: bool,
 }
 
 /// What the cards declare of the server's authentication.
@@ -234,8 +237,9 @@ impl Cards {
                 security.declare(&mut card);
             }
             let capabilities = card.capabilities.get_or_insert_with(Default::default);
-            // Push notifications are not offered (PUSH_NOTIFICATION_NOT_SUPPORTED).
-            capabilities.push_notifications = Some(false);
+            // What the server offers, whatever the agent said: with push
+            // off, the RPCs answer PUSH_NOTIFICATION_NOT_SUPPORTED.
+            capabilities.push_notifications = Some(config.push);
             let extended = match &config.extended_card {
                 Some(file) if tenant.is_empty() => {
                     capabilities.extended_agent_card = Some(true);
@@ -522,12 +526,21 @@ fn complete_extended_card(
             ));
         }
     }
+    let push = public
+        .capabilities
+        .as_ref()
+        .and_then(|c| c.push_notifications)
+        .unwrap_or(false);
     let fixed = [
         (
             &mut capabilities.push_notifications,
-            false,
+            push,
             "capabilities.pushNotifications",
-            "this server offers no push notifications",
+            if push {
+                "this server delivers push notifications"
+            } else {
+                "this server offers no push notifications"
+            },
         ),
         (
             &mut capabilities.extended_agent_card,

@@ -414,10 +414,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     extended_card,
                     // Declared from --auth when the server starts.
                     security: None,
+                    push: false,
                 },
                 connections: connections.limits(),
                 auth,
                 tls,
+                // Not offered by `serve` until a send's push config is
+                // registered too (issue "push notifications").
+                push: None,
             };
             a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
             reload_on_hangup(parts.auth.clone(), parts.tls.clone())?;

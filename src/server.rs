@@ -40,6 +40,10 @@ pub struct ServerParts {
     pub auth: Option<Arc<Authenticator>>,
     /// `--tls-cert`, `--tls-key`: gRPC and the cards over TLS.
     pub tls: Option<Arc<connections::Tls>>,
+    /// Push notifications: the config RPCs served and the outbox
+    /// delivered ([`crate::push`]); `None` answers
+    /// PUSH_NOTIFICATION_NOT_SUPPORTED.
+    pub push: Option<crate::push::deliver::Settings>,
 }
 
 /// No agents, a memory store and every default: set what differs.
@@ -53,6 +57,7 @@ impl Default for ServerParts {
             connections: ConnectionLimits::default(),
             auth: None,
             tls: None,
+            push: None,
         }
     }
 }
@@ -77,11 +82,23 @@ pub async fn serve(
         manager,
         parts.discovery,
         parts.connections,
-        parts.auth,
-        parts.tls,
+        Security {
+            auth: parts.auth,
+            tls: parts.tls,
+            push: parts.push,
+        },
         shutdown,
     )
     .await
+}
+
+/// Who may call, over what, and whether push notifications are offered:
+/// the parts of [`ServerParts`] [`serve_manager_tls`] takes.
+#[derive(Default)]
+pub struct Security {
+    pub auth: Option<Arc<Authenticator>>,
+    pub tls: Option<Arc<connections::Tls>>,
+    pub push: Option<crate::push::deliver::Settings>,
 }
 
 /// Serves an existing [`TaskManager`] (for embedding and tests), with the
@@ -140,7 +157,11 @@ pub async fn serve_manager_secured(
     auth: Option<Arc<Authenticator>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    serve_manager_tls(listener, manager, discovery, limits, auth, None, shutdown).await
+    let security = Security {
+        auth,
+        ..Default::default()
+    };
+    serve_manager_tls(listener, manager, discovery, limits, security, shutdown).await
 }
 
 /// [`serve_manager_secured`], over TLS when `tls` is given
@@ -152,11 +173,12 @@ pub async fn serve_manager_tls(
     manager: TaskManager,
     discovery: DiscoveryConfig,
     limits: ConnectionLimits,
-    auth: Option<Arc<Authenticator>>,
-    tls: Option<Arc<connections::Tls>>,
+    security: Security,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let Security { auth, tls, push } = security;
     let mut discovery = discovery;
+    discovery.push = push.is_some();
     let client_certs = tls
         .as_ref()
         .map_or(ClientCerts::None, |tls| tls.client_certs());
@@ -195,7 +217,19 @@ pub async fn serve_manager_tls(
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
-    let a2a = A2aServiceServer::new(A2aGrpc::new(manager.clone(), cards.clone()).with_auth(auth))
+    let egress = push.as_ref().map(|p| Arc::new(p.egress.clone()));
+    if let Some(settings) = push {
+        let dispatcher = crate::push::deliver::Dispatcher::new(
+            manager.store().clone(),
+            settings,
+            manager.outbox_signal(),
+        );
+        tokio::spawn(dispatcher.run(manager.shutdown_token()));
+    }
+    let a2a = A2aGrpc::new(manager.clone(), cards.clone())
+        .with_auth(auth)
+        .with_push(egress);
+    let a2a = A2aServiceServer::new(a2a)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 

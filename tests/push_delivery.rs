@@ -271,3 +271,136 @@ async fn a_refused_address_is_never_reached() {
     );
     s.stop.cancel();
 }
+
+/// The config RPCs over real gRPC on a server with push on: the URL is
+/// checked against the policy when the config is created, the server
+/// assigns an id, a missing config is TASK_NOT_FOUND naming it, delete is
+/// idempotent, the cards declare push, and the webhook gets the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_rpcs_over_grpc() {
+    use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+    use a2a_lifecycle::proto::*;
+    use a2a_lifecycle::server::{ServerParts, serve};
+    use tonic_types::StatusExt;
+
+    let (port, mut received) = receiver(0).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let parts = ServerParts {
+        agents: demo_router(),
+        push: Some(Settings {
+            egress: loopback(),
+            ..Settings::default()
+        }),
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(serve(listener, parts, async {
+        let _ = stopped.await;
+    }));
+    let mut client = within(
+        "connect",
+        A2aServiceClient::connect(format!("http://{addr}")),
+    )
+    .await
+    .unwrap();
+    let card = support::http_get(addr, "/code-reviewer/.well-known/agent-card.json", &[]).await;
+    assert!(
+        card.body.contains("\"pushNotifications\": true"),
+        "{}",
+        card.body
+    );
+
+    let task = support::send_task(
+        &mut client,
+        support::request(TENANT, user_message("review my change"), false),
+    )
+    .await;
+    let hook = |url: String, id: &str| TaskPushNotificationConfig {
+        tenant: TENANT.into(),
+        task_id: task.id.clone(),
+        id: id.into(),
+        url,
+        token: "opaque-token".into(),
+        authentication: None,
+    };
+    // Refused addresses, and a URL that is no URL, name the field.
+    for url in [
+        "http://10.0.0.1/hook".to_owned(),
+        "http://169.254.169.254/latest".to_owned(),
+        "ftp://example.test/x".to_owned(),
+        "http://user:pw@127.0.0.1/x".to_owned(),
+    ] {
+        let refused = client
+            .create_task_push_notification_config(hook(url.clone(), ""))
+            .await
+            .unwrap_err();
+        support::assert_bad_field(&refused, "url");
+    }
+    let created = client
+        .create_task_push_notification_config(hook(format!("http://127.0.0.1:{port}/hook"), ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!created.id.is_empty(), "the server assigns an id");
+    let got = client
+        .get_task_push_notification_config(GetTaskPushNotificationConfigRequest {
+            tenant: TENANT.into(),
+            task_id: task.id.clone(),
+            id: created.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got, created);
+    let missing = client
+        .get_task_push_notification_config(GetTaskPushNotificationConfigRequest {
+            tenant: TENANT.into(),
+            task_id: task.id.clone(),
+            id: "no-such-config".into(),
+        })
+        .await
+        .unwrap_err();
+    support::assert_a2a_error(&missing, tonic::Code::NotFound, "TASK_NOT_FOUND");
+    let info = missing.get_details_error_info().unwrap();
+    assert_eq!(
+        info.metadata.get("config_id").map(String::as_str),
+        Some("no-such-config")
+    );
+    let listed = client
+        .list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest {
+            tenant: TENANT.into(),
+            task_id: task.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.configs, vec![created.clone()]);
+    assert_eq!(listed.next_page_token, "");
+
+    // The diff completes the task; the webhook gets its three events.
+    let mut diff = user_message("diff --git a/x b/x");
+    diff.task_id = task.id.clone();
+    support::send_task(&mut client, support::request(TENANT, diff, false)).await;
+    let mut seen = Vec::new();
+    for _ in EXPECTED {
+        let r = within("a notification", received.recv()).await.unwrap();
+        assert_eq!(r.token.as_deref(), Some("opaque-token"));
+        seen.push(describe(&r.event));
+    }
+    assert_eq!(seen, EXPECTED);
+
+    for _ in 0..2 {
+        client
+            .delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest {
+                tenant: TENANT.into(),
+                task_id: task.id.clone(),
+                id: created.id.clone(),
+            })
+            .await
+            .expect("delete is idempotent");
+    }
+    let _ = stop.send(());
+    within("shutdown", served).await.unwrap().unwrap();
+}

@@ -11,6 +11,7 @@
 //! SendMessage and SendStreamingMessage by the cards ([`crate::content`]),
 //! before anything else is done with the message.
 
+pub mod push;
 pub mod send;
 pub mod tasks;
 pub mod unsupported;
@@ -48,6 +49,9 @@ pub struct A2aGrpc {
     /// `--auth`: who may call, and which tenants each may use. `None`
     /// serves everyone (loopback only, unless the operator opens it).
     auth: Option<Arc<Authenticator>>,
+    /// Push notifications are delivered, webhooks allowed by this policy;
+    /// `None`: the push RPCs answer PUSH_NOTIFICATION_NOT_SUPPORTED.
+    push: Option<Arc<crate::push::egress::Egress>>,
 }
 
 impl A2aGrpc {
@@ -56,7 +60,22 @@ impl A2aGrpc {
             manager,
             cards,
             auth: None,
+            push: None,
         }
+    }
+
+    /// Serves the push notification config RPCs, webhooks allowed by
+    /// `egress` (delivery runs beside: `push::deliver::Dispatcher`).
+    pub fn with_push(mut self, egress: Option<Arc<crate::push::egress::Egress>>) -> Self {
+        self.push = egress;
+        self
+    }
+
+    /// The egress policy, or PUSH_NOTIFICATION_NOT_SUPPORTED.
+    fn push(&self) -> Result<&crate::push::egress::Egress, Status> {
+        self.push
+            .as_deref()
+            .ok_or_else(unsupported::push_not_supported)
     }
 
     /// Requires every request to authenticate with `auth`.
@@ -223,27 +242,32 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<TaskPushNotificationConfig>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, false)
             .await?;
-        Err(unsupported::push_not_supported())
+        push::create(&self.manager, &caller, self.push()?, request.into_inner()).await
     }
 
     async fn get_task_push_notification_config(
         &self,
         request: Request<GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, false)
             .await?;
-        Err(unsupported::push_not_supported())
+        self.push()?;
+        push::get(&self.manager, &caller, request.into_inner()).await
     }
 
     async fn list_task_push_notification_configs(
         &self,
         request: Request<ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<ListTaskPushNotificationConfigsResponse>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, false)
             .await?;
-        Err(unsupported::push_not_supported())
+        self.push()?;
+        push::list(&self.manager, &caller, request.into_inner()).await
     }
 
     async fn get_extended_agent_card(
@@ -259,8 +283,10 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<DeleteTaskPushNotificationConfigRequest>,
     ) -> Result<Response<()>, Status> {
-        self.check(&request, &request.get_ref().tenant, false)
+        let caller = self
+            .check(&request, &request.get_ref().tenant, false)
             .await?;
-        Err(unsupported::push_not_supported())
+        self.push()?;
+        push::delete(&self.manager, &caller, request.into_inner()).await
     }
 }

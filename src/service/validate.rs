@@ -237,3 +237,80 @@ pub fn list_request(req: &ListTasksRequest) -> Result<ListQuery, A2aError> {
         include_artifacts: req.include_artifacts.unwrap_or(false),
     })
 }
+
+/// Longest push notification token accepted, in bytes.
+pub const MAX_PUSH_TOKEN_BYTES: usize = 1024;
+/// Longest push notification credentials accepted, in bytes.
+pub const MAX_PUSH_CREDENTIALS_BYTES: usize = 4096;
+/// Longest authentication scheme accepted, in bytes.
+pub const MAX_PUSH_SCHEME_BYTES: usize = 64;
+
+/// A push notification config as CreateTaskPushNotificationConfig takes
+/// it (the URL's address policy is checked after, by `push::egress`): a
+/// task, a URL within its limit, and a token and credentials that can be
+/// sent as HTTP header values, within theirs.
+pub fn push_config(config: &crate::proto::TaskPushNotificationConfig) -> Result<(), A2aError> {
+    let mut v = Violations::default();
+    v.check_id("tenant", &config.tenant);
+    if config.task_id.is_empty() {
+        v.add("task_id", "a task id is required");
+    }
+    v.check_id("task_id", &config.task_id);
+    v.check_id("id", &config.id);
+    if config.url.is_empty() {
+        v.add("url", "a webhook URL is required");
+    }
+    let header = |value: &str| value.bytes().all(|b| (b' '..=b'~').contains(&b));
+    if config.token.len() > MAX_PUSH_TOKEN_BYTES {
+        v.add(
+            "token",
+            format!("must be at most {MAX_PUSH_TOKEN_BYTES} bytes"),
+        );
+    } else if !header(&config.token) {
+        v.add("token", "must be printable ASCII (it is sent as a header)");
+    }
+    if let Some(auth) = &config.authentication {
+        if auth.scheme.is_empty() || auth.scheme.len() > MAX_PUSH_SCHEME_BYTES {
+            v.add(
+                "authentication.scheme",
+                format!("must be 1 to {MAX_PUSH_SCHEME_BYTES} bytes"),
+            );
+        } else if !auth
+            .scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        {
+            v.add(
+                "authentication.scheme",
+                "must be a token such as Bearer or Basic",
+            );
+        }
+        if auth.credentials.len() > MAX_PUSH_CREDENTIALS_BYTES {
+            v.add(
+                "authentication.credentials",
+                format!("must be at most {MAX_PUSH_CREDENTIALS_BYTES} bytes"),
+            );
+        } else if !header(&auth.credentials) {
+            v.add(
+                "authentication.credentials",
+                "must be printable ASCII (it is sent as a header)",
+            );
+        }
+    }
+    v.finish()
+}
+
+/// A request naming one config of a task.
+pub fn push_config_id(tenant: &str, task_id: &str, id: &str) -> Result<(), A2aError> {
+    let mut v = Violations::default();
+    v.check_id("tenant", tenant);
+    if task_id.is_empty() {
+        v.add("task_id", "a task id is required");
+    }
+    v.check_id("task_id", task_id);
+    if id.is_empty() {
+        v.add("id", "a config id is required");
+    }
+    v.check_id("id", id);
+    v.finish()
+}

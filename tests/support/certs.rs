@@ -155,8 +155,11 @@ pub async fn serve_tls(
             manager,
             DiscoveryConfig::default(),
             Default::default(),
-            auth,
-            Some(tls),
+            a2a_lifecycle::server::Security {
+                auth,
+                tls: Some(tls),
+                push: None,
+            },
             async {
                 let _ = stopped.await;
             },
