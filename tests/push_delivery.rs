@@ -404,3 +404,61 @@ async fn the_config_rpcs_over_grpc() {
     let _ = stop.send(());
     within("shutdown", served).await.unwrap().unwrap();
 }
+
+/// A config sent with a new message is registered with the task before
+/// its first event, so that event is notified too; the server's own tests
+/// of a push-off server keep PUSH_NOTIFICATION_NOT_SUPPORTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sends_config_sees_the_new_tasks_first_event() {
+    use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+    use a2a_lifecycle::proto::*;
+    use a2a_lifecycle::server::{ServerParts, serve};
+
+    let (port, mut received) = receiver(0).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let parts = ServerParts {
+        agents: demo_router(),
+        push: Some(Settings {
+            egress: loopback(),
+            ..Settings::default()
+        }),
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(serve(listener, parts, async {
+        let _ = stopped.await;
+    }));
+    let mut client = within(
+        "connect",
+        A2aServiceClient::connect(format!("http://{addr}")),
+    )
+    .await
+    .unwrap();
+    let mut request = support::request(TENANT, user_message("review my change"), false);
+    request
+        .configuration
+        .get_or_insert_with(Default::default)
+        .task_push_notification_config = Some(TaskPushNotificationConfig {
+        url: format!("http://127.0.0.1:{port}/hook"),
+        token: "with-the-send".into(),
+        ..Default::default()
+    });
+    let task = support::send_task(&mut client, request).await;
+    let first = within("first notification", received.recv()).await.unwrap();
+    assert_eq!(describe(&first.event), "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(first.token.as_deref(), Some("with-the-send"));
+    let listed = client
+        .list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest {
+            tenant: TENANT.into(),
+            task_id: task.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.configs.len(), 1);
+    assert!(!listed.configs[0].id.is_empty());
+    let _ = stop.send(());
+    within("shutdown", served).await.unwrap().unwrap();
+}

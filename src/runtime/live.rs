@@ -93,6 +93,9 @@ pub(crate) struct RunRequest {
     pub(crate) message: Message,
     pub(crate) metadata: Option<prost_types::Struct>,
     pub(crate) accepted_output_modes: Vec<String>,
+    /// The send's push notification config (see
+    /// [`super::MessageRequest::push_config`]); taken before a run starts.
+    pub(crate) push_config: Option<crate::proto::TaskPushNotificationConfig>,
 }
 
 /// A follow-up message waiting for its run.

@@ -232,6 +232,10 @@ pub struct MessageRequest {
     pub metadata: Option<Struct>,
     /// `SendMessageConfiguration.accepted_output_modes`, handed to the agent.
     pub accepted_output_modes: Vec<String>,
+    /// `SendMessageConfiguration.task_push_notification_config`, checked
+    /// and with its id: registered with a new task before its first event,
+    /// or set on the task a follow-up continues before its message.
+    pub push_config: Option<crate::proto::TaskPushNotificationConfig>,
 }
 
 impl From<Message> for MessageRequest {
@@ -436,6 +440,7 @@ impl TaskManager {
             message: request.message,
             metadata: request.metadata,
             accepted_output_modes: request.accepted_output_modes,
+            push_config: request.push_config,
         };
         if request.message.task_id.is_empty() {
             self.send_new(tenant, caller, request, history, subscribe)
@@ -517,6 +522,7 @@ impl TaskManager {
         subscribe: bool,
     ) -> Result<SendOutcome, A2aError> {
         let mut request = request;
+        let push_config = request.push_config.take();
         let message = &mut request.message;
         let live = self.live(tenant, &message.task_id);
         let mut state = live.lock_visible(&self.shared, caller).await?;
@@ -531,6 +537,30 @@ impl TaskManager {
         }
         follow_up_admissible(&loaded.record, message, live.queued())?;
         message.context_id = loaded.record.task.context_id.clone();
+        // The config first, in the same flush: the message's run and its
+        // events are already notified.
+        if let Some(config) = push_config {
+            let configs = &loaded.record.push_configs;
+            if configs.len() >= crate::lifecycle::MAX_PUSH_CONFIGS
+                && !configs.iter().any(|c| c.id == config.id)
+            {
+                return Err(A2aError::invalid(
+                    "configuration.task_push_notification_config",
+                    format!(
+                        "the task already has {} push notification configs",
+                        crate::lifecycle::MAX_PUSH_CONFIGS
+                    ),
+                ));
+            }
+            // Its commit is awaited through the message's, which follows
+            // it in the same task's order.
+            drop(live.submit_locked(
+                &self.shared,
+                &mut state,
+                TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Set(config)),
+                Author::Server,
+            )?);
+        }
         // Applied again by the lifecycle core, which refuses a terminal task.
         let commit = live.submit_locked(
             &self.shared,

@@ -36,6 +36,7 @@ pub(super) async fn start_new(
         mut message,
         metadata,
         accepted_output_modes,
+        push_config,
     } = request;
     // UUIDv7: unique like v4, but time-ordered, so new tasks sit together at
     // the end of the stores' key indexes instead of dirtying a random page
@@ -60,6 +61,7 @@ pub(super) async fn start_new(
     let mode = SinkMode::BeforeFirstEvent {
         message: Box::new(message),
         owner: owner.to_owned(),
+        push_config,
         history,
         subscribe,
         reply: Some(Reply::new(tx, Some(claim))),

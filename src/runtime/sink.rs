@@ -51,6 +51,9 @@ pub(crate) enum SinkMode {
         message: Box<Message>,
         /// The principal sending it: the owner of the task it may create.
         owner: String,
+        /// A push notification config sent with it: the task it may create
+        /// starts with it, so even its first event is notified.
+        push_config: Option<crate::proto::TaskPushNotificationConfig>,
         history: HistoryLength,
         subscribe: bool,
         reply: Option<Reply>,
@@ -228,6 +231,7 @@ impl RunSink {
         let SinkMode::BeforeFirstEvent {
             message,
             owner,
+            push_config,
             history,
             subscribe,
             reply,
@@ -244,6 +248,12 @@ impl RunSink {
             super::now(),
         )
         .owned_by(owner);
+        let mut record = record;
+        if let Some(mut config) = push_config {
+            config.tenant.clear();
+            config.task_id.clear();
+            record.push_configs.push(config);
+        }
         let live = shared.live(key.clone());
         // A new id: no other run, no queue.
         live.begin_first_run(self.inner.cancel.clone());

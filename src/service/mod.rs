@@ -186,7 +186,8 @@ impl A2aService for A2aGrpc {
         request: Request<SendMessageRequest>,
     ) -> Result<Response<SendMessageResponse>, Status> {
         let caller = self.check_send(&request, false).await?;
-        send::send_message(&self.manager, &caller, request.into_inner()).await
+        let push = self.push.as_deref();
+        send::send_message(&self.manager, &caller, push, request.into_inner()).await
     }
 
     type SendStreamingMessageStream = EventStream;
@@ -196,7 +197,8 @@ impl A2aService for A2aGrpc {
         request: Request<SendMessageRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let caller = self.check_send(&request, true).await?;
-        send::send_streaming_message(&self.manager, &caller, request.into_inner()).await
+        let push = self.push.as_deref();
+        send::send_streaming_message(&self.manager, &caller, push, request.into_inner()).await
     }
 
     async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {

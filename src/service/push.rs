@@ -21,8 +21,9 @@ use crate::store::Caller;
 pub async fn checked(
     egress: &Egress,
     mut config: TaskPushNotificationConfig,
+    needs_task: bool,
 ) -> Result<TaskPushNotificationConfig, A2aError> {
-    validate::push_config(&config)?;
+    validate::push_config(&config, needs_task)?;
     egress
         .check_url(&config.url)
         .await
@@ -39,7 +40,7 @@ pub async fn create(
     egress: &Egress,
     config: TaskPushNotificationConfig,
 ) -> Result<Response<TaskPushNotificationConfig>, Status> {
-    let config = checked(egress, config).await?;
+    let config = checked(egress, config, true).await?;
     let tenant = config.tenant.clone();
     Ok(Response::new(
         manager.set_push_config(&tenant, caller, config).await?,

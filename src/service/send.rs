@@ -4,12 +4,31 @@ use futures_util::StreamExt;
 use tonic::{Response, Status};
 
 use super::{EventStream, validate};
+use crate::error::A2aError;
 use crate::proto::{
     SendMessageRequest, SendMessageResponse, StreamResponse, send_message_response, stream_response,
 };
+use crate::push::egress::Egress;
 use crate::runtime::stream::CloseAt;
 use crate::runtime::{SendOutcome, TaskManager};
 use crate::store::Caller;
+
+/// A send's push notification config: PUSH_NOTIFICATION_NOT_SUPPORTED
+/// when push is off; else checked like CreateTaskPushNotificationConfig's
+/// (spec §3.2.1), for the message's task or the one it creates.
+async fn checked(
+    mut req: validate::SendRequest,
+    push: Option<&Egress>,
+) -> Result<validate::SendRequest, A2aError> {
+    let Some(mut config) = req.request.push_config.take() else {
+        return Ok(req);
+    };
+    let egress = push.ok_or(A2aError::PushNotificationNotSupported)?;
+    config.tenant = req.tenant.clone();
+    config.task_id = req.request.message.task_id.clone();
+    req.request.push_config = Some(super::push::checked(egress, config, false).await?);
+    Ok(req)
+}
 
 /// Blocking by default: returns once the task is terminal or interrupted
 /// (UNAVAILABLE when it cannot get there: shutdown, a failed write); with
@@ -18,9 +37,10 @@ use crate::store::Caller;
 pub async fn send_message(
     manager: &TaskManager,
     caller: &Caller,
+    push: Option<&Egress>,
     request: SendMessageRequest,
 ) -> Result<Response<SendMessageResponse>, Status> {
-    let req = validate::send_request(request)?;
+    let req = checked(validate::send_request(request)?, push).await?;
     let outcome = manager
         .send_message(&req.tenant, caller, req.request, req.history, false)
         .await?;
@@ -43,9 +63,10 @@ pub async fn send_message(
 pub async fn send_streaming_message(
     manager: &TaskManager,
     caller: &Caller,
+    push: Option<&Egress>,
     request: SendMessageRequest,
 ) -> Result<Response<EventStream>, Status> {
-    let req = validate::send_request(request)?;
+    let req = checked(validate::send_request(request)?, push).await?;
     let outcome = manager
         .send_message(&req.tenant, caller, req.request, req.history, true)
         .await?;

@@ -78,9 +78,7 @@ pub fn send_request(req: SendMessageRequest) -> Result<SendRequest, A2aError> {
         config.history_length,
         &mut v,
     );
-    if config.task_push_notification_config.is_some() {
-        return Err(A2aError::PushNotificationNotSupported);
-    }
+
     let Some(message) = req.message else {
         v.add("message", "a message is required");
         v.finish()?;
@@ -157,6 +155,9 @@ pub fn send_request(req: SendMessageRequest) -> Result<SendRequest, A2aError> {
             message,
             metadata: req.metadata,
             accepted_output_modes: config.accepted_output_modes,
+            // Checked by the service: whether push is offered, and the
+            // config itself (`service::push::checked`).
+            push_config: config.task_push_notification_config,
         },
         history,
         return_immediately: config.return_immediately,
@@ -249,10 +250,15 @@ pub const MAX_PUSH_SCHEME_BYTES: usize = 64;
 /// it (the URL's address policy is checked after, by `push::egress`): a
 /// task, a URL within its limit, and a token and credentials that can be
 /// sent as HTTP header values, within theirs.
-pub fn push_config(config: &crate::proto::TaskPushNotificationConfig) -> Result<(), A2aError> {
+/// `needs_task`: CreateTaskPushNotificationConfig names its task; a
+/// send's config goes with the message's task, or the new one.
+pub fn push_config(
+    config: &crate::proto::TaskPushNotificationConfig,
+    needs_task: bool,
+) -> Result<(), A2aError> {
     let mut v = Violations::default();
     v.check_id("tenant", &config.tenant);
-    if config.task_id.is_empty() {
+    if needs_task && config.task_id.is_empty() {
         v.add("task_id", "a task id is required");
     }
     v.check_id("task_id", &config.task_id);
