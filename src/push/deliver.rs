@@ -181,6 +181,8 @@ async fn attempt(store: &dyn TaskStore, settings: &Settings, delivery: Delivery)
         }),
         Err(e) => {
             tracing::warn!(error = %e, "push delivery: task unreadable; retrying");
+            // Not at once: the queue is tried again when this returns.
+            tokio::time::sleep(POLL_EVERY).await;
             return;
         }
     };
@@ -194,6 +196,7 @@ async fn attempt(store: &dyn TaskStore, settings: &Settings, delivery: Delivery)
     };
     if let Err(e) = result {
         tracing::warn!(error = %e, seq = delivery.seq, "push outbox not updated");
+        tokio::time::sleep(POLL_EVERY).await;
     }
 }
 
