@@ -40,6 +40,16 @@ struct Received {
 /// 503 (`Retry-After: 0`), then 200; each POST it takes goes to the
 /// channel.
 async fn receiver(fail: usize) -> (u16, mpsc::UnboundedReceiver<Received>) {
+    receiver_answering(fail, 503, None).await
+}
+
+/// [`receiver`], failing with `status` (with a `Location` when given); a
+/// failed POST goes to the channel too unless `status` is 503.
+async fn receiver_answering(
+    fail: usize,
+    status: u16,
+    location: Option<String>,
+) -> (u16, mpsc::UnboundedReceiver<Received>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::unbounded_channel();
@@ -47,51 +57,14 @@ async fn receiver(fail: usize) -> (u16, mpsc::UnboundedReceiver<Received>) {
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
-            let (tx, failures) = (tx.clone(), failures.clone());
+            let (tx, failures, location) = (tx.clone(), failures.clone(), location.clone());
+            let service = hyper::service::service_fn(
+                move |request: hyper::Request<hyper::body::Incoming>| {
+                    let (tx, failures, location) = (tx.clone(), failures.clone(), location.clone());
+                    answer(request, tx, failures, status, location)
+                },
+            );
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    move |request: hyper::Request<hyper::body::Incoming>| {
-                        let (tx, failures) = (tx.clone(), failures.clone());
-                        async move {
-                            use http_body_util::BodyExt;
-                            let header = |name: &str| {
-                                request
-                                    .headers()
-                                    .get(name)
-                                    .map(|v| v.to_str().unwrap().to_owned())
-                            };
-                            let (authorization, token, content_type) = (
-                                header("authorization"),
-                                header("x-a2a-notification-token"),
-                                header("content-type"),
-                            );
-                            let body = request.into_body().collect().await.unwrap().to_bytes();
-                            let failing = failures
-                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                                    n.checked_sub(1)
-                                })
-                                .is_ok();
-                            let status = if failing {
-                                503
-                            } else {
-                                let _ = tx.send(Received {
-                                    authorization,
-                                    token,
-                                    content_type,
-                                    event: String::from_utf8(body.to_vec()).unwrap(),
-                                });
-                                200
-                            };
-                            Ok::<_, Infallible>(
-                                hyper::Response::builder()
-                                    .status(status)
-                                    .header("retry-after", "0")
-                                    .body(http_body_util::Empty::<bytes::Bytes>::new())
-                                    .unwrap(),
-                            )
-                        }
-                    },
-                );
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
                     .await;
@@ -99,6 +72,50 @@ async fn receiver(fail: usize) -> (u16, mpsc::UnboundedReceiver<Received>) {
         }
     });
     (port, rx)
+}
+
+/// One POST to the test receiver.
+async fn answer(
+    request: hyper::Request<hyper::body::Incoming>,
+    tx: mpsc::UnboundedSender<Received>,
+    failures: Arc<AtomicUsize>,
+    fail_status: u16,
+    location: Option<String>,
+) -> Result<hyper::Response<http_body_util::Empty<bytes::Bytes>>, Infallible> {
+    use http_body_util::BodyExt;
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let received = Received {
+        authorization: header("authorization"),
+        token: header("x-a2a-notification-token"),
+        content_type: header("content-type"),
+        event: String::new(),
+    };
+    let body = request.into_body().collect().await.unwrap().to_bytes();
+    let received = Received {
+        event: String::from_utf8(body.to_vec()).unwrap(),
+        ..received
+    };
+    let failing = failures
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    let status = if failing { fail_status } else { 200 };
+    if status != 503 {
+        let _ = tx.send(received);
+    }
+    let mut response = hyper::Response::builder()
+        .status(status)
+        .header("retry-after", "0");
+    if let Some(location) = location.filter(|_| failing) {
+        response = response.header("location", location);
+    }
+    Ok(response
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap())
 }
 
 struct Setup {
@@ -461,4 +478,34 @@ async fn a_sends_config_sees_the_new_tasks_first_event() {
     assert!(!listed.configs[0].id.is_empty());
     let _ = stop.send(());
     within("shutdown", served).await.unwrap().unwrap();
+}
+
+/// A redirect is a final answer: not followed (the address it names gets
+/// nothing) and not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_not_followed() {
+    let (elsewhere, mut redirected) = receiver(0).await;
+    let (port, mut received) = receiver_answering(
+        usize::MAX,
+        302,
+        Some(format!("http://127.0.0.1:{elsewhere}/stolen")),
+    )
+    .await;
+    let s = setup(loopback());
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    within("outbox drained", async {
+        while !s.store.outbox(10).await.unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // Each event was tried once, and each answer was final.
+    let mut tried = 0;
+    while received.try_recv().is_ok() {
+        tried += 1;
+    }
+    assert_eq!(tried, EXPECTED.len(), "each event once, no retry");
+    assert!(redirected.try_recv().is_err(), "the redirect was followed");
+    s.stop.cancel();
 }
