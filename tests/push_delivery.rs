@@ -289,38 +289,65 @@ async fn a_refused_address_is_never_reached() {
     s.stop.cancel();
 }
 
+/// A server with push on, webhooks allowed on loopback, the demo agents.
+struct PushServer {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+}
+
+impl PushServer {
+    async fn start() -> Self {
+        use a2a_lifecycle::server::{ServerParts, serve};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let parts = ServerParts {
+            agents: demo_router(),
+            push: Some(Settings {
+                egress: loopback(),
+                ..Settings::default()
+            }),
+            ..Default::default()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(serve(listener, parts, async {
+            let _ = stopped.await;
+        }));
+        PushServer { addr, stop, served }
+    }
+
+    async fn client(
+        &self,
+    ) -> a2a_lifecycle::proto::a2a_service_client::A2aServiceClient<tonic::transport::Channel> {
+        within(
+            "connect",
+            a2a_lifecycle::proto::a2a_service_client::A2aServiceClient::connect(format!(
+                "http://{}",
+                self.addr
+            )),
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        within("shutdown", self.served).await.unwrap().unwrap();
+    }
+}
+
 /// The config RPCs over real gRPC on a server with push on: the URL is
 /// checked against the policy when the config is created, the server
 /// assigns an id, a missing config is TASK_NOT_FOUND naming it, delete is
 /// idempotent, the cards declare push, and the webhook gets the events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_config_rpcs_over_grpc() {
-    use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
     use a2a_lifecycle::proto::*;
-    use a2a_lifecycle::server::{ServerParts, serve};
     use tonic_types::StatusExt;
 
     let (port, mut received) = receiver(0).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let parts = ServerParts {
-        agents: demo_router(),
-        push: Some(Settings {
-            egress: loopback(),
-            ..Settings::default()
-        }),
-        ..Default::default()
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(serve(listener, parts, async {
-        let _ = stopped.await;
-    }));
-    let mut client = within(
-        "connect",
-        A2aServiceClient::connect(format!("http://{addr}")),
-    )
-    .await
-    .unwrap();
+    let server = PushServer::start().await;
+    let (addr, mut client) = (server.addr, server.client().await);
     let card = support::http_get(addr, "/code-reviewer/.well-known/agent-card.json", &[]).await;
     assert!(
         card.body.contains("\"pushNotifications\": true"),
@@ -418,8 +445,7 @@ async fn the_config_rpcs_over_grpc() {
             .await
             .expect("delete is idempotent");
     }
-    let _ = stop.send(());
-    within("shutdown", served).await.unwrap().unwrap();
+    server.stop().await;
 }
 
 /// A config sent with a new message is registered with the task before
@@ -427,31 +453,11 @@ async fn the_config_rpcs_over_grpc() {
 /// of a push-off server keep PUSH_NOTIFICATION_NOT_SUPPORTED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sends_config_sees_the_new_tasks_first_event() {
-    use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
     use a2a_lifecycle::proto::*;
-    use a2a_lifecycle::server::{ServerParts, serve};
 
     let (port, mut received) = receiver(0).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let parts = ServerParts {
-        agents: demo_router(),
-        push: Some(Settings {
-            egress: loopback(),
-            ..Settings::default()
-        }),
-        ..Default::default()
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(serve(listener, parts, async {
-        let _ = stopped.await;
-    }));
-    let mut client = within(
-        "connect",
-        A2aServiceClient::connect(format!("http://{addr}")),
-    )
-    .await
-    .unwrap();
+    let server = PushServer::start().await;
+    let mut client = server.client().await;
     let mut request = support::request(TENANT, user_message("review my change"), false);
     request
         .configuration
@@ -476,8 +482,7 @@ async fn a_sends_config_sees_the_new_tasks_first_event() {
         .into_inner();
     assert_eq!(listed.configs.len(), 1);
     assert!(!listed.configs[0].id.is_empty());
-    let _ = stop.send(());
-    within("shutdown", served).await.unwrap().unwrap();
+    server.stop().await;
 }
 
 /// A redirect is a final answer: not followed (the address it names gets

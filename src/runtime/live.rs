@@ -216,25 +216,29 @@ impl Loaded {
 
     /// The committed task: what a reader may be shown.
     pub(crate) fn task(&self) -> Cow<'_, Task> {
-        match &self.committed {
-            Some(committed) if !self.pending.is_empty() => match committed.decode() {
-                Ok(record) => Cow::Owned(record.task),
-                // Bytes this process encoded itself; should they not decode,
-                // the working copy is the closest truth there is.
-                Err(_) => Cow::Borrowed(&self.record.task),
-            },
-            _ => Cow::Borrowed(&self.record.task),
-        }
+        self.committed_part(|r| &r.task, |r| r.task)
     }
 
     /// The committed push notification configs: what a reader may be shown.
     pub(crate) fn push_configs(&self) -> Cow<'_, [crate::proto::TaskPushNotificationConfig]> {
+        self.committed_part(|r| r.push_configs.as_slice(), |r| r.push_configs)
+    }
+
+    /// A part of the committed record: the working copy's when nothing is
+    /// pending, else read from the committed bytes. Bytes this process
+    /// encoded itself; should they not decode, the working copy is the
+    /// closest truth there is.
+    fn committed_part<'a, T: ToOwned + ?Sized>(
+        &'a self,
+        borrow: impl Fn(&'a TaskRecord) -> &'a T,
+        own: impl FnOnce(TaskRecord) -> T::Owned,
+    ) -> Cow<'a, T> {
         match &self.committed {
             Some(committed) if !self.pending.is_empty() => match committed.decode() {
-                Ok(record) => Cow::Owned(record.push_configs),
-                Err(_) => Cow::Borrowed(&self.record.push_configs),
+                Ok(record) => Cow::Owned(own(record)),
+                Err(_) => Cow::Borrowed(borrow(&self.record)),
             },
-            _ => Cow::Borrowed(&self.record.push_configs),
+            _ => Cow::Borrowed(borrow(&self.record)),
         }
     }
 
