@@ -19,8 +19,10 @@ use a2a_lifecycle::json;
 use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, Role,
-    SendMessageConfiguration, SendMessageRequest, SubscribeToTaskRequest, part::Content,
+    AuthenticationInfo, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
+    SubscribeToTaskRequest, TaskPushNotificationConfig, part::Content,
 };
 use a2a_lifecycle::runtime::RuntimeConfig;
 use a2a_lifecycle::server::{ServerParts, serve, shutdown_signal};
@@ -88,6 +90,40 @@ impl ConnectionArgs {
     }
 }
 
+/// Push notifications (`a2a_lifecycle::push`; README, Push notifications).
+#[derive(clap::Args)]
+struct PushArgs {
+    /// Do not offer push notifications: the config RPCs answer
+    /// PUSH_NOTIFICATION_NOT_SUPPORTED and the cards say so.
+    #[arg(long)]
+    no_push: bool,
+    /// An address range webhooks may reach although it is refused by
+    /// default (loopback, private, link-local, ...), e.g. `10.1.0.0/16`
+    /// or `127.0.0.0/8`; repeat for several.
+    #[arg(long = "push-allow-cidr", value_name = "CIDR")]
+    push_allow_cidr: Vec<ipnet::IpNet>,
+    /// Time one webhook POST may take, connection included.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    push_timeout: Duration,
+    /// Attempts at one notification before it is given up (and logged).
+    #[arg(
+        long,
+        default_value_t = a2a_lifecycle::push::deliver::DEFAULT_MAX_ATTEMPTS,
+        value_parser = clap::value_parser!(u32).range(1..),
+    )]
+    push_max_attempts: u32,
+}
+
+impl PushArgs {
+    fn settings(self) -> Option<a2a_lifecycle::push::deliver::Settings> {
+        (!self.no_push).then(|| a2a_lifecycle::push::deliver::Settings {
+            egress: a2a_lifecycle::push::egress::Egress::new(self.push_allow_cidr),
+            timeout: self.push_timeout,
+            max_attempts: self.push_max_attempts,
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the server with the demo agents.
@@ -150,6 +186,8 @@ enum Command {
         default_agent: DefaultAgent,
         #[command(flatten)]
         connections: ConnectionArgs,
+        #[command(flatten)]
+        push: PushArgs,
     },
     /// Send a text message.
     Send {
@@ -178,6 +216,14 @@ enum Command {
         /// (accepted_output_modes); repeat for several.
         #[arg(long = "accept")]
         accepted_output_modes: Vec<String>,
+        /// A webhook for the task's notifications, registered with the
+        /// message (SendMessageConfiguration.task_push_notification_config).
+        #[arg(long)]
+        push_url: Option<String>,
+        /// The token the webhook's notifications carry
+        /// (X-A2A-Notification-Token).
+        #[arg(long, requires = "push_url")]
+        notification_token: Option<String>,
         text: String,
     },
     /// Get a task.
@@ -217,6 +263,77 @@ enum Command {
         #[command(flatten)]
         target: Target,
         id: String,
+    },
+    /// A task's webhooks (push notification configs), and a local
+    /// receiver that prints what a webhook gets.
+    Push {
+        #[command(subcommand)]
+        command: PushCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PushCommand {
+    /// Register a webhook on a task (CreateTaskPushNotificationConfig).
+    Set {
+        #[command(flatten)]
+        target: Target,
+        /// The config's id; the server assigns one when not given.
+        #[arg(long)]
+        id: Option<String>,
+        /// The token each notification carries (X-A2A-Notification-Token).
+        #[arg(long)]
+        notification_token: Option<String>,
+        /// The scheme of the webhook's Authorization header, e.g. `Bearer`.
+        #[arg(long, requires = "credentials")]
+        auth_scheme: Option<String>,
+        /// The credentials of the webhook's Authorization header.
+        #[arg(
+            long,
+            env = "A2A_PUSH_CREDENTIALS",
+            hide_env_values = true,
+            requires = "auth_scheme"
+        )]
+        credentials: Option<String>,
+        task_id: String,
+        url: String,
+    },
+    /// Show one of a task's webhooks.
+    Get {
+        #[command(flatten)]
+        target: Target,
+        task_id: String,
+        id: String,
+    },
+    /// List a task's webhooks.
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        page_size: Option<i32>,
+        #[arg(long)]
+        page_token: Option<String>,
+        task_id: String,
+    },
+    /// Remove a webhook from a task (nothing more is sent to it).
+    Delete {
+        #[command(flatten)]
+        target: Target,
+        task_id: String,
+        id: String,
+    },
+    /// Run a webhook receiver: each notification is printed as one line of
+    /// ProtoJSON (a StreamResponse) until interrupted.
+    Listen {
+        /// The port; 0 picks a free one (the address is printed to stderr).
+        #[arg(long, default_value_t = 9090)]
+        port: u16,
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: std::net::IpAddr,
+        /// Refuse (401) notifications without this X-A2A-Notification-Token.
+        #[arg(long)]
+        notification_token: Option<String>,
     },
 }
 
@@ -341,6 +458,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             tls_client_ca,
             default_agent,
             connections,
+            push,
         } => {
             // Secure by default (spec §13.1): a server others can reach
             // must know who calls it.
@@ -414,14 +532,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     extended_card,
                     // Declared from --auth when the server starts.
                     security: None,
+                    // Declared from `push` when the server starts.
                     push: false,
                 },
                 connections: connections.limits(),
                 auth,
                 tls,
-                // Not offered by `serve` until a send's push config is
-                // registered too (issue "push notifications").
-                push: None,
+                push: push.settings(),
             };
             a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
             reload_on_hangup(parts.auth.clone(), parts.tls.clone())?;
@@ -438,6 +555,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             metadata,
             message_metadata,
             accepted_output_modes,
+            push_url,
+            notification_token,
             text,
         } => {
             let mut client = target.client().await?;
@@ -458,6 +577,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 configuration: Some(SendMessageConfiguration {
                     return_immediately,
                     accepted_output_modes,
+                    task_push_notification_config: push_url.map(|url| TaskPushNotificationConfig {
+                        url,
+                        token: notification_token.unwrap_or_default(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 metadata,
@@ -541,6 +665,117 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             while let Some(event) = events.message().await? {
                 print_line(&event)?;
             }
+        }
+        Command::Push { command } => push_command(command).await?,
+    }
+    Ok(())
+}
+
+async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Error>> {
+    match command {
+        PushCommand::Set {
+            target,
+            id,
+            notification_token,
+            auth_scheme,
+            credentials,
+            task_id,
+            url,
+        } => {
+            let config = TaskPushNotificationConfig {
+                tenant: target.tenant.clone(),
+                task_id,
+                id: id.unwrap_or_default(),
+                url,
+                token: notification_token.unwrap_or_default(),
+                authentication: auth_scheme.zip(credentials).map(|(scheme, credentials)| {
+                    AuthenticationInfo {
+                        scheme,
+                        credentials,
+                    }
+                }),
+            };
+            let created = target
+                .client()
+                .await?
+                .create_task_push_notification_config(config)
+                .await?;
+            print_pretty(&created.into_inner())?;
+        }
+        PushCommand::Get {
+            target,
+            task_id,
+            id,
+        } => {
+            let config = target
+                .client()
+                .await?
+                .get_task_push_notification_config(GetTaskPushNotificationConfigRequest {
+                    tenant: target.tenant.clone(),
+                    task_id,
+                    id,
+                })
+                .await?;
+            print_pretty(&config.into_inner())?;
+        }
+        PushCommand::List {
+            target,
+            page_size,
+            page_token,
+            task_id,
+        } => {
+            let page = target
+                .client()
+                .await?
+                .list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest {
+                    tenant: target.tenant.clone(),
+                    task_id,
+                    page_size: page_size.unwrap_or_default(),
+                    page_token: page_token.unwrap_or_default(),
+                })
+                .await?;
+            print_pretty(&page.into_inner())?;
+        }
+        PushCommand::Delete {
+            target,
+            task_id,
+            id,
+        } => {
+            target
+                .client()
+                .await?
+                .delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest {
+                    tenant: target.tenant.clone(),
+                    task_id,
+                    id,
+                })
+                .await?;
+        }
+        PushCommand::Listen {
+            port,
+            host,
+            notification_token,
+        } => {
+            let listener = TcpListener::bind((host, port)).await?;
+            let addr = listener.local_addr()?;
+            tracing::info!(url = %format!("http://{addr}/"), "receiving push notifications");
+            let stop = tokio_util::sync::CancellationToken::new();
+            let stopping = stop.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                stopping.cancel();
+            });
+            a2a_lifecycle::push::receiver::receive(
+                listener,
+                notification_token,
+                |notification| {
+                    if let Err(e) = print_line(&notification.event) {
+                        tracing::warn!(error = %e, "notification not printable");
+                    }
+                },
+                stop,
+            )
+            .await;
         }
     }
     Ok(())

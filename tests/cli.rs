@@ -219,3 +219,176 @@ fn follow_ups_metadata_and_cancel_from_the_command_line() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// The push commands (issue "push notifications"): `push listen` prints
+/// each notification a webhook gets as one JSON line and refuses one
+/// without its token; `send --push-url` registers a webhook with the task;
+/// `push set|get|list|delete` manage a task's webhooks.
+#[test]
+fn push_commands_and_a_listening_receiver() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+
+    let (mut serve, server, serve_log) =
+        support::spawn_serve_logged(&["--store", "memory", "--push-allow-cidr", "127.0.0.0/8"]);
+    let mut listen = Command::new(BIN)
+        .args([
+            "push",
+            "listen",
+            "--port",
+            "0",
+            "--notification-token",
+            "tok",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn push listen");
+    let lines_of = |pipe: Box<dyn std::io::Read + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        rx
+    };
+    let log = lines_of(Box::new(listen.stderr.take().unwrap()));
+    let printed = lines_of(Box::new(listen.stdout.take().unwrap()));
+    let url = support::wait_for_line(&log, "receiving push notifications")
+        .split("url=")
+        .nth(1)
+        .expect("the receiver's URL")
+        .trim()
+        .to_owned();
+    let next_state = || {
+        let line = printed.recv_timeout(support::WAIT).expect("a notification");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        match &event["statusUpdate"]["status"]["state"] {
+            Value::String(state) => state.clone(),
+            _ => format!(
+                "artifact {}",
+                event["artifactUpdate"]["artifact"]["artifactId"]
+            ),
+        }
+    };
+
+    let tenant = ["--tenant", "code-reviewer"];
+    let out: Value = serde_json::from_str(&client(
+        &server,
+        &[
+            &["send", "--push-url", &url, "--notification-token", "tok"],
+            &tenant[..],
+            &["review my change"],
+        ]
+        .concat(),
+    ))
+    .unwrap();
+    let id = out["task"]["id"].as_str().expect("task id").to_owned();
+    assert_eq!(next_state(), "TASK_STATE_INPUT_REQUIRED");
+
+    // A second webhook without the token: the receiver refuses what it
+    // gets (401, final), so nothing of it is printed.
+    let set: Value = serde_json::from_str(&client(
+        &server,
+        &[
+            &[
+                "push",
+                "set",
+                "--id",
+                "second",
+                "--auth-scheme",
+                "Bearer",
+                "--credentials",
+                "sek",
+            ],
+            &tenant[..],
+            &[&id, &url],
+        ]
+        .concat(),
+    ))
+    .unwrap();
+    assert_eq!(set["id"], "second", "{set}");
+    let got: Value = serde_json::from_str(&client(
+        &server,
+        &[&["push", "get"], &tenant[..], &[&id, "second"]].concat(),
+    ))
+    .unwrap();
+    assert_eq!(got["authentication"]["credentials"], "sek", "{got}");
+    let listed: Value = serde_json::from_str(&client(
+        &server,
+        &[&["push", "list"], &tenant[..], &[&id]].concat(),
+    ))
+    .unwrap();
+    assert_eq!(
+        listed["configs"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+
+    // Refused by the policy: 10/8 is not in --push-allow-cidr.
+    let refused = Command::new(BIN)
+        .args([
+            "push",
+            "set",
+            "--server",
+            &server,
+            "--tenant",
+            "code-reviewer",
+            &id,
+            "http://10.0.0.1/hook",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("10.0.0.1"), "{stderr}");
+
+    client(
+        &server,
+        &[
+            &["send", "--task-id", &id],
+            &tenant[..],
+            &["diff --git a/x b/x"],
+        ]
+        .concat(),
+    );
+    assert_eq!(next_state(), "TASK_STATE_WORKING");
+    assert_eq!(next_state(), "artifact \"review\"");
+    assert_eq!(next_state(), "TASK_STATE_COMPLETED");
+    // The second webhook's three were refused, and none was printed.
+    for _ in 0..3 {
+        support::wait_for_line(&serve_log, "push notification refused");
+    }
+    assert!(
+        printed.try_recv().is_err(),
+        "only the webhook with the token printed"
+    );
+
+    client(
+        &server,
+        &[&["push", "delete"], &tenant[..], &[&id, "second"]].concat(),
+    );
+    let gone = Command::new(BIN)
+        .args([
+            "push",
+            "get",
+            "--server",
+            &server,
+            "--tenant",
+            "code-reviewer",
+            &id,
+            "second",
+        ])
+        .output()
+        .unwrap();
+    assert!(!gone.status.success(), "deleted, so not found");
+    let stderr = String::from_utf8_lossy(&gone.stderr);
+    assert!(stderr.contains("no push notification config"), "{stderr}");
+    for child in [&mut serve, &mut listen] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

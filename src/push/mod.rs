@@ -5,7 +5,9 @@
 //! are accepted when a config is created, and which addresses a delivery
 //! may connect to once the host is resolved. [`deliver`] sends what the
 //! store's outbox holds: the runtime writes each notification there in the
-//! same write that commits its event.
+//! same write that commits its event. [`receiver`] is the other end, for
+//! `a2a-lifecycle push listen` and the benchmark.
 
 pub mod deliver;
 pub mod egress;
+pub mod receiver;
