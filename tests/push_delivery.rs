@@ -51,6 +51,23 @@ async fn receiver_answering(
     location: Option<String>,
 ) -> (u16, mpsc::UnboundedReceiver<Received>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_receiver(listener, fail, status, location)
+}
+
+/// [`receiver`] on a given port.
+async fn receiver_on(port: u16) -> (u16, mpsc::UnboundedReceiver<Received>) {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    serve_receiver(listener, 0, 503, None)
+}
+
+fn serve_receiver(
+    listener: tokio::net::TcpListener,
+    fail: usize,
+    status: u16,
+    location: Option<String>,
+) -> (u16, mpsc::UnboundedReceiver<Received>) {
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::unbounded_channel();
     let failures = Arc::new(AtomicUsize::new(fail));
@@ -125,13 +142,20 @@ struct Setup {
 }
 
 fn setup(egress: Egress) -> Setup {
+    let (setup, dispatcher) = setup_stopped(egress);
+    tokio::spawn(dispatcher.run(setup.stop.clone()));
+    setup
+}
+
+/// [`setup`] with the dispatcher not yet running: notifications wait in
+/// the outbox until it runs.
+fn setup_stopped(egress: Egress) -> (Setup, Dispatcher) {
     let store = Arc::new(MemoryStore::new());
     let manager = TaskManager::new(
         store.clone() as Arc<dyn TaskStore>,
         demo_router(),
         RuntimeConfig::default(),
     );
-    let stop = CancellationToken::new();
     let dispatcher = Dispatcher::new(
         store.clone() as Arc<dyn TaskStore>,
         Settings {
@@ -140,12 +164,12 @@ fn setup(egress: Egress) -> Setup {
         },
         manager.outbox_signal(),
     );
-    tokio::spawn(dispatcher.run(stop.clone()));
-    Setup {
+    let setup = Setup {
         manager,
         store,
-        stop,
-    }
+        stop: CancellationToken::new(),
+    };
+    (setup, dispatcher)
 }
 
 fn loopback() -> Egress {
@@ -154,6 +178,13 @@ fn loopback() -> Egress {
 
 /// A code-reviewer task waiting for the diff, with a webhook on `port`.
 async fn task_with_hook(manager: &TaskManager, port: u16, id: &str) -> String {
+    task_with_hook_at(manager, &format!("127.0.0.1:{port}"), id).await
+}
+
+/// [`task_with_hook`] at `authority` (`host:port`). The runtime takes the
+/// config as given: the policy's check at creation is the service's, so
+/// only the check at connection time stands between it and the address.
+async fn task_with_hook_at(manager: &TaskManager, authority: &str, id: &str) -> String {
     let outcome = manager
         .send_message(
             TENANT,
@@ -176,7 +207,7 @@ async fn task_with_hook(manager: &TaskManager, port: u16, id: &str) -> String {
                 tenant: TENANT.into(),
                 task_id: task.id.clone(),
                 id: id.into(),
-                url: format!("http://127.0.0.1:{port}/hooks/a2a?x=1"),
+                url: format!("http://{authority}/hooks/a2a?x=1"),
                 token: "opaque-token".into(),
                 authentication: Some(AuthenticationInfo {
                     scheme: "Bearer".into(),
@@ -244,12 +275,7 @@ async fn every_event_reaches_the_webhook_in_order_with_its_headers() {
     }
     assert_eq!(seen, EXPECTED);
     // Done: the outbox empties.
-    within("outbox drained", async {
-        while !s.store.outbox(10).await.unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    drained(&s.store).await;
     s.stop.cancel();
 }
 
@@ -276,15 +302,70 @@ async fn a_refused_address_is_never_reached() {
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
     // Each entry is given up (refused is final), and nothing arrived.
+    drained(&s.store).await;
+    assert!(
+        received.try_recv().is_err(),
+        "a refused address was reached"
+    );
+    s.stop.cancel();
+}
+
+/// Waits until every notification has been delivered, refused or given up.
+async fn drained(store: &MemoryStore) {
     within("outbox drained", async {
-        while !s.store.outbox(10).await.unwrap().is_empty() {
+        while !store.outbox(10).await.unwrap().is_empty() {
             tokio::task::yield_now().await;
         }
     })
     .await;
+}
+
+/// A name is judged by what it resolves to when the connection is made:
+/// `localhost` (loopback) reaches nothing under the default policy, and
+/// reaches the receiver once loopback is allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_name_resolving_to_a_refused_address_is_refused_at_connection_time() {
+    let (port, mut received) = receiver(0).await;
+    let s = setup(Egress::default());
+    let task = task_with_hook_at(&s.manager, &format!("localhost:{port}"), "hook").await;
+    finish(&s.manager, &task).await;
+    drained(&s.store).await;
+    assert!(received.try_recv().is_err(), "localhost was reached");
+    s.stop.cancel();
+
+    let s = setup(loopback());
+    let task = task_with_hook_at(&s.manager, &format!("localhost:{port}"), "hook").await;
+    finish(&s.manager, &task).await;
+    for expected in EXPECTED {
+        let r = within("a notification", received.recv()).await.unwrap();
+        assert_eq!(describe(&r.event), expected);
+    }
+    s.stop.cancel();
+}
+
+/// Deleting a config drops what is still waiting for it: the events were
+/// committed (and queued) while delivery was stopped, the config was
+/// deleted, and then nothing reached the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_config_stops_its_deliveries() {
+    let (port, mut received) = receiver(0).await;
+    let (s, dispatcher) = setup_stopped(loopback());
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    assert_eq!(
+        s.store.outbox(10).await.unwrap().len(),
+        EXPECTED.len(),
+        "queued with their events"
+    );
+    s.manager
+        .delete_push_config(TENANT, &Caller::ANONYMOUS, &task, "hook")
+        .await
+        .unwrap();
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    drained(&s.store).await;
     assert!(
         received.try_recv().is_err(),
-        "a refused address was reached"
+        "a deleted config was notified"
     );
     s.stop.cancel();
 }
@@ -298,13 +379,17 @@ struct PushServer {
 
 impl PushServer {
     async fn start() -> Self {
+        Self::start_with(loopback()).await
+    }
+
+    async fn start_with(egress: Egress) -> Self {
         use a2a_lifecycle::server::{ServerParts, serve};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let parts = ServerParts {
             agents: demo_router(),
             push: Some(Settings {
-                egress: loopback(),
+                egress,
                 ..Settings::default()
             }),
             ..Default::default()
@@ -499,12 +584,7 @@ async fn a_redirect_is_not_followed() {
     let s = setup(loopback());
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
-    within("outbox drained", async {
-        while !s.store.outbox(10).await.unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    drained(&s.store).await;
     // Each event was tried once, and each answer was final.
     let mut tried = 0;
     while received.try_recv().is_ok() {
@@ -513,4 +593,136 @@ async fn a_redirect_is_not_followed() {
     assert_eq!(tried, EXPECTED.len(), "each event once, no retry");
     assert!(redirected.try_recv().is_err(), "the redirect was followed");
     s.stop.cancel();
+}
+
+/// The SSRF guard over gRPC: by default loopback (by address, by name, in
+/// IPv6 and IPv4-mapped form), private, shared, link-local, multicast and
+/// unspecified URLs are refused, naming the `url` field, and a public
+/// address is taken; `--push-allow-cidr` opens its ranges and only them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_addresses_are_refused_unless_their_range_is_allowed() {
+    use a2a_lifecycle::proto::TaskPushNotificationConfig;
+
+    const LOOPBACK: [&str; 4] = [
+        "http://127.0.0.1:9/hook",
+        "http://localhost:9/hook",
+        "http://[::ffff:127.0.0.1]:9/hook",
+        "https://127.8.9.10/hook",
+    ];
+    const OTHERS: [&str; 10] = [
+        "http://[::1]:9/hook",
+        "http://10.1.2.3/hook",
+        "http://172.16.0.1/hook",
+        "http://192.168.1.1/hook",
+        "http://100.64.0.1/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[fe80::1]/hook",
+        "http://[fc00::1]/hook",
+        "http://224.0.0.1/hook",
+        "http://0.0.0.0/hook",
+    ];
+    // A public address (TEST-NET-3 is reserved, so not one of those).
+    const PUBLIC: &str = "https://8.8.8.8/hook";
+
+    for (egress, allowed) in [
+        (Egress::default(), vec![PUBLIC]),
+        (loopback(), [&LOOPBACK[..], &[PUBLIC]].concat()),
+    ] {
+        let server = PushServer::start_with(egress).await;
+        let mut client = server.client().await;
+        let task = support::send_task(
+            &mut client,
+            support::request(TENANT, user_message("review my change"), false),
+        )
+        .await;
+        for url in LOOPBACK.iter().chain(&OTHERS).chain([&PUBLIC]) {
+            let created = client
+                .create_task_push_notification_config(TaskPushNotificationConfig {
+                    tenant: TENANT.into(),
+                    task_id: task.id.clone(),
+                    url: (*url).into(),
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(_) => assert!(allowed.contains(url), "{url} was taken"),
+                Err(status) => {
+                    assert!(!allowed.contains(url), "{url} was refused: {status:?}");
+                    support::assert_bad_field(&status, "url");
+                }
+            }
+        }
+        server.stop().await;
+    }
+}
+
+/// Durable delivery (the transactional outbox): the webhook is down while
+/// the task completes and the server is SIGKILLed; after a restart on the
+/// same SQLite file every event reaches it, in commit order. Neither
+/// server's log, at debug level, shows the token or the credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_survive_sigkill_while_the_webhook_is_down() {
+    use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+
+    let db = support::certs::scratch_dir("push-sigkill").join("tasks.db");
+    let store = format!("sqlite:{}", db.display());
+    let args = ["--store", &store, "--push-allow-cidr", "127.0.0.0/8"];
+    // A port nothing listens on, yet: connections to it are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+
+    const LOG: &str = "a2a_lifecycle=debug";
+    let (mut first, url, first_log) = support::spawn_serve_logging(LOG, &args);
+    let mut client = within("connect", A2aServiceClient::connect(url))
+        .await
+        .unwrap();
+    let mut request = support::request(TENANT, user_message("review my change"), false);
+    request
+        .configuration
+        .get_or_insert_with(Default::default)
+        .task_push_notification_config = Some(TaskPushNotificationConfig {
+        url: format!("http://127.0.0.1:{port}/hook"),
+        token: "durable-token".into(),
+        authentication: Some(AuthenticationInfo {
+            scheme: "Bearer".into(),
+            credentials: "secret-credential".into(),
+        }),
+        ..Default::default()
+    });
+    let task = support::send_task(&mut client, request).await;
+    let mut diff = user_message("diff --git a/x b/x");
+    diff.task_id = task.id.clone();
+    let done = support::send_task(&mut client, support::request(TENANT, diff, false)).await;
+    assert_eq!(support::state_of(&done), TaskState::Completed);
+    // Tried, and refused by the closed port, before the kill.
+    support::wait_for_line(&first_log, "push notification to be retried");
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+
+    let (port, mut received) = receiver_on(port).await;
+    let (mut second, _, second_log) = support::spawn_serve_logging(LOG, &args);
+    let mut seen = Vec::new();
+    for _ in 0..=EXPECTED.len() {
+        let r = within("a notification after the restart", received.recv())
+            .await
+            .unwrap();
+        assert_eq!(r.token.as_deref(), Some("durable-token"));
+        assert_eq!(r.authorization.as_deref(), Some("Bearer secret-credential"));
+        seen.push(describe(&r.event));
+    }
+    assert_eq!(seen[0], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(seen[1..], EXPECTED, "in commit order (port {port})");
+    second.kill().unwrap();
+    second.wait().unwrap();
+    // Both are dead: their logs end.
+    let lines: Vec<String> = first_log.iter().chain(second_log.iter()).collect();
+    for secret in ["durable-token", "secret-credential"] {
+        assert!(
+            !lines.iter().any(|l| l.contains(secret)),
+            "{secret} logged: {lines:#?}"
+        );
+    }
 }

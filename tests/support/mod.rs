@@ -323,10 +323,18 @@ pub fn spawn_serve(args: &[&str]) -> (Child, String) {
 /// [`spawn_serve`], with the server's log lines after the one that says
 /// where it listens.
 pub fn spawn_serve_logged(args: &[&str]) -> (Child, String, std::sync::mpsc::Receiver<String>) {
+    spawn_serve_logging("info", args)
+}
+
+/// [`spawn_serve_logged`] with `RUST_LOG` set to `filter`.
+pub fn spawn_serve_logging(
+    filter: &str,
+    args: &[&str],
+) -> (Child, String, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(args)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", filter)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
