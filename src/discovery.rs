@@ -5,7 +5,8 @@
 //! - building one public card per tenant from its agent's own
 //!   [`AgentExecutor::card`](crate::agent::AgentExecutor::card), with the
 //!   gRPC interface it is reached at (spec §4.4.6 `AgentInterface`, with the
-//!   tenant), push support (off) and the extended-card flag;
+//!   tenant), push support (as the server offers it) and the extended-card
+//!   flag;
 //! - serving them over HTTP on the gRPC port at
 //!   `/.well-known/agent-card.json` (the default agent) and
 //!   `/{tenant}/.well-known/agent-card.json`, as ProtoJSON, with

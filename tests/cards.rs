@@ -536,10 +536,13 @@ async fn an_extended_card_contradicting_the_public_one_is_refused_at_start() {
     }
 }
 
-/// The binary reports the refusal and exits.
+/// The binary reports the refusal and exits: `serve` delivers push
+/// notifications unless `--no-push`, so a card saying it does not
+/// contradicts it.
 #[tokio::test]
 async fn serve_refuses_a_contradicting_extended_card_file() {
-    let (path, _) = extended_card_file(CONTRADICTIONS[1].0);
+    let (path, _) =
+        extended_card_file(r#"{"name": "x", "capabilities": {"pushNotifications": false}}"#);
     let mut child = std::process::Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
         .arg("--extended-card")
