@@ -150,6 +150,13 @@ fn setup(egress: Egress) -> Setup {
 /// [`setup`] with the dispatcher not yet running: notifications wait in
 /// the outbox until it runs.
 fn setup_stopped(egress: Egress) -> (Setup, Dispatcher) {
+    setup_stopped_with(Settings {
+        egress,
+        ..Settings::default()
+    })
+}
+
+fn setup_stopped_with(settings: Settings) -> (Setup, Dispatcher) {
     let store = Arc::new(MemoryStore::new());
     let manager = TaskManager::new(
         store.clone() as Arc<dyn TaskStore>,
@@ -158,10 +165,7 @@ fn setup_stopped(egress: Egress) -> (Setup, Dispatcher) {
     );
     let dispatcher = Dispatcher::new(
         store.clone() as Arc<dyn TaskStore>,
-        Settings {
-            egress,
-            ..Settings::default()
-        },
+        settings,
         manager.outbox_signal(),
     );
     let setup = Setup {
@@ -725,4 +729,68 @@ async fn notifications_survive_sigkill_while_the_webhook_is_down() {
             "{secret} logged: {lines:#?}"
         );
     }
+}
+
+/// One dead webhook never delays another's deliveries: more queues than a
+/// pass looks at name a host that accepts connections and never answers
+/// (with a timeout longer than the test), and a healthy webhook's
+/// notifications, queued after all of them, still arrive while those
+/// POSTs hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_webhook_does_not_delay_another() {
+    use a2a_lifecycle::push::deliver::{MAX_IN_FLIGHT_PER_HOST, QUEUES_PER_PASS};
+    let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = black_hole.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counting = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = black_hole.accept().await {
+            counting.fetch_add(1, Ordering::SeqCst);
+            held.push(tcp);
+        }
+    });
+    let (port, mut received) = receiver(0).await;
+    let (s, dispatcher) = setup_stopped_with(Settings {
+        egress: loopback(),
+        timeout: std::time::Duration::from_secs(3600),
+        ..Settings::default()
+    });
+    for _ in 0..QUEUES_PER_PASS + 100 {
+        let mut request = MessageRequest::from(user_message("review my change"));
+        request.push_config = Some(TaskPushNotificationConfig {
+            url: format!("http://{dead}/hook"),
+            ..Default::default()
+        });
+        let outcome = s
+            .manager
+            .send_message(
+                TENANT,
+                &Caller::ANONYMOUS,
+                request,
+                HistoryLength::All,
+                false,
+            )
+            .await
+            .unwrap();
+        let SendOutcome::Task(handle) = outcome else {
+            panic!("a task")
+        };
+        within("task", s.manager.wait(*handle)).await.unwrap();
+    }
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    for expected in EXPECTED {
+        let r = within("the healthy webhook", received.recv())
+            .await
+            .unwrap();
+        assert_eq!(describe(&r.event), expected);
+    }
+    let hanging = accepted.load(Ordering::SeqCst);
+    assert!(
+        (1..=MAX_IN_FLIGHT_PER_HOST).contains(&hanging),
+        "{hanging} connections to the dead host"
+    );
+    s.stop.cancel();
 }

@@ -5,7 +5,10 @@
 //! - Each (tenant, task, config) is a queue: only its oldest entry is ever
 //!   in flight, so a config sees its events in commit order (the terminal
 //!   one last), and the queues run side by side, so one slow or dead
-//!   webhook never delays another's.
+//!   webhook never delays another's: at most [`MAX_IN_FLIGHT`] POSTs at
+//!   once, of which at most [`MAX_IN_FLIGHT_PER_HOST`] to one webhook host
+//!   (however many tasks name it), and queues due soonest go first, so
+//!   those waiting out a retry never hold up one that is due.
 //! - A 2xx answer finishes an entry. Connection errors, timeouts
 //!   ([`Settings::timeout`]) and 408, 429 or 5xx answers are retried with
 //!   exponential backoff and jitter ([`FIRST_RETRY`] doubling to
@@ -17,9 +20,9 @@
 //! - Connections go only to addresses [`Egress`] permits, resolved at each
 //!   attempt. Credentials and tokens are never logged.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -36,8 +39,17 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// ... up to this (also the longest `Retry-After` honoured).
 pub const MAX_RETRY: Duration = Duration::from_secs(300);
-/// Queues looked at in one pass over the outbox.
+/// Queues looked at in one pass over the outbox, besides those in flight.
 pub const QUEUES_PER_PASS: usize = 1024;
+/// POSTs in flight at once, over all webhooks.
+pub const MAX_IN_FLIGHT: usize = 512;
+/// POSTs in flight at once to one webhook host (`scheme://host:port`): a
+/// slow or dead host holds at most this many of [`MAX_IN_FLIGHT`].
+pub const MAX_IN_FLIGHT_PER_HOST: usize = 16;
+/// Queues whose webhook host is remembered (the pass skips a queue whose
+/// host is at [`MAX_IN_FLIGHT_PER_HOST`]); past this the memory is
+/// cleared and learnt again.
+const MAX_KNOWN_QUEUES: usize = 100_000;
 /// How often the outbox is looked at without a signal (entries that
 /// became due, entries another process wrote).
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
@@ -78,6 +90,10 @@ enum Outcome {
     },
     /// Not worth another try.
     Final(String),
+    /// No answer: the host did not resolve or accept a connection, the
+    /// connection broke, or the time ran out. Retried, and the host is
+    /// taken to be down for a while ([`Load::leave_host`]).
+    Unreachable(String),
 }
 
 type QueueKey = (String, String, String);
@@ -88,7 +104,89 @@ pub struct Dispatcher {
     settings: Arc<Settings>,
     /// Raised when a commit added to the outbox, and when an attempt ends.
     signal: Arc<Notify>,
-    in_flight: Arc<Mutex<HashSet<QueueKey>>>,
+    load: Arc<Mutex<Load>>,
+}
+
+/// What is in flight, by queue and by webhook host, and which hosts are
+/// down.
+#[derive(Default)]
+struct Load {
+    in_flight: HashSet<QueueKey>,
+    /// Queues due but waiting for a slot at their host: the pass reads
+    /// this many more heads, so that they never hide a queue behind them.
+    parked: HashSet<QueueKey>,
+    /// The host of each queue seen (learnt when its config is read).
+    host_of: HashMap<QueueKey, Arc<str>>,
+    per_host: HashMap<Arc<str>, usize>,
+    /// Hosts that did not answer: consecutive failures, and until when no
+    /// connection is tried.
+    down: HashMap<Arc<str>, (u32, Instant)>,
+}
+
+/// Whether an attempt at a host may go ahead.
+#[derive(Debug, PartialEq, Eq)]
+enum Gate {
+    Go,
+    /// [`MAX_IN_FLIGHT_PER_HOST`] attempts are in flight to it.
+    Full,
+    /// It failed to answer lately; tried again after this long.
+    Down(Duration),
+}
+
+impl Load {
+    fn host_is_full(&self, key: &QueueKey) -> bool {
+        self.host_of
+            .get(key)
+            .and_then(|host| self.per_host.get(host))
+            .is_some_and(|&n| n >= MAX_IN_FLIGHT_PER_HOST)
+    }
+
+    /// Takes one of `host`'s slots for `key`'s attempt, if it is up and has
+    /// one free.
+    fn enter_host(&mut self, key: &QueueKey, host: Arc<str>, now: Instant) -> Gate {
+        if self.host_of.len() >= MAX_KNOWN_QUEUES {
+            self.host_of.clear();
+            self.parked.clear();
+        }
+        self.host_of.insert(key.clone(), host.clone());
+        if let Some(&(_, until)) = self.down.get(&host)
+            && until > now
+        {
+            return Gate::Down(until - now);
+        }
+        let n = self.per_host.entry(host).or_default();
+        if *n >= MAX_IN_FLIGHT_PER_HOST {
+            self.parked.insert(key.clone());
+            return Gate::Full;
+        }
+        *n += 1;
+        Gate::Go
+    }
+
+    /// Gives the slot back. A host that did not answer is down for
+    /// [`backoff`] of its consecutive failures (counted once per down
+    /// period, however many attempts were in flight); any answer brings
+    /// it back up.
+    fn leave_host(&mut self, host: &Arc<str>, outcome: &Outcome, now: Instant) {
+        if let Some(n) = self.per_host.get_mut(host) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_host.remove(host);
+            }
+        }
+        if !matches!(outcome, Outcome::Unreachable(_)) {
+            self.down.remove(host);
+            return;
+        }
+        if self.down.len() >= MAX_KNOWN_QUEUES {
+            self.down.retain(|_, (_, until)| *until > now);
+        }
+        let (failures, until) = self.down.entry(host.clone()).or_insert((0, now));
+        if *until <= now {
+            *failures += 1;
+            *until = now + backoff(*failures);
+        }
+    }
 }
 
 impl Dispatcher {
@@ -97,15 +195,15 @@ impl Dispatcher {
             store,
             settings: Arc::new(settings),
             signal,
-            in_flight: Default::default(),
+            load: Default::default(),
         }
     }
 
     /// Runs until `shutdown`: each pass starts an attempt at every queue's
-    /// head that is due and not already in flight, then waits for a signal,
-    /// the next entry to fall due, or [`POLL_EVERY`]. Attempts in flight at
-    /// shutdown are dropped; their entries stay in the outbox for the next
-    /// start.
+    /// head that is due, not already in flight and whose host has a slot
+    /// free, then waits for a signal, the next entry to fall due, or
+    /// [`POLL_EVERY`]. Attempts in flight at shutdown are dropped; their
+    /// entries stay in the outbox for the next start.
     pub async fn run(self, shutdown: CancellationToken) {
         let attempts = tokio_util::task::TaskTracker::new();
         loop {
@@ -130,48 +228,74 @@ impl Dispatcher {
         &self,
         attempts: &tokio_util::task::TaskTracker,
     ) -> Result<Option<Duration>, crate::store::StoreError> {
-        let heads = self.store.outbox_heads(QUEUES_PER_PASS).await?;
+        let (busy, parked) = {
+            let load = self.lock_load();
+            (load.in_flight.len(), load.parked.len())
+        };
+        if busy >= MAX_IN_FLIGHT {
+            // An attempt's end raises the signal.
+            return Ok(None);
+        }
+        let heads = self
+            .store
+            .outbox_heads(QUEUES_PER_PASS + busy + parked)
+            .await?;
         let now = now_ms();
-        let mut next_due: Option<Duration> = None;
         for delivery in heads {
+            // Soonest due first: the rest are later still.
             if delivery.not_before_ms > now {
                 let wait = Duration::from_millis((delivery.not_before_ms - now) as u64);
-                next_due = Some(next_due.map_or(wait, |d| d.min(wait)));
-                continue;
+                return Ok(Some(wait));
             }
             let key = (
                 delivery.tenant.clone(),
                 delivery.task_id.clone(),
                 delivery.config_id.clone(),
             );
-            if !self.lock_in_flight().insert(key.clone()) {
-                continue;
+            {
+                let mut load = self.lock_load();
+                if load.in_flight.len() >= MAX_IN_FLIGHT {
+                    break;
+                }
+                if load.in_flight.contains(&key) || load.host_is_full(&key) {
+                    continue;
+                }
+                load.parked.remove(&key);
+                load.in_flight.insert(key.clone());
             }
-            let (store, settings, signal, in_flight) = (
+            let (store, settings, signal, load) = (
                 self.store.clone(),
                 self.settings.clone(),
                 self.signal.clone(),
-                self.in_flight.clone(),
+                self.load.clone(),
             );
             attempts.spawn(async move {
-                attempt(&*store, &settings, delivery).await;
-                in_flight
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key);
+                attempt(&*store, &settings, &load, &key, delivery).await;
+                lock(&load).in_flight.remove(&key);
                 signal.notify_one();
             });
         }
-        Ok(next_due)
+        Ok(None)
     }
 
-    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<QueueKey>> {
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_load(&self) -> std::sync::MutexGuard<'_, Load> {
+        lock(&self.load)
     }
 }
 
-/// One attempt at `delivery`, and what the outbox records of it.
-async fn attempt(store: &dyn TaskStore, settings: &Settings, delivery: Delivery) {
+fn lock(load: &Mutex<Load>) -> std::sync::MutexGuard<'_, Load> {
+    load.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One attempt at `delivery`, and what the outbox records of it. None
+/// when the webhook's host has no slot free: the queue waits for one.
+async fn attempt(
+    store: &dyn TaskStore,
+    settings: &Settings,
+    load: &Mutex<Load>,
+    key: &QueueKey,
+    delivery: Delivery,
+) {
     let config = match store.get(&delivery.tenant, &delivery.task_id).await {
         Ok(stored) => stored.and_then(|s| {
             s.record
@@ -190,13 +314,43 @@ async fn attempt(store: &dyn TaskStore, settings: &Settings, delivery: Delivery)
         // Deleted (or the task purged): nothing more goes to it.
         None => store.finish_delivery(delivery.seq).await,
         Some(config) => {
-            let outcome = post(settings, &config, &delivery.event).await;
+            let host = host_key(&config.url);
+            let gate = lock(load).enter_host(key, host.clone(), Instant::now());
+            let outcome = match gate {
+                // Waits, in memory, for a slot: the pass skips it meanwhile.
+                Gate::Full => return,
+                // Counted as an attempt, so a dead host's backlog is given
+                // up in time without a connection per notification.
+                Gate::Down(left) => Outcome::Retry {
+                    why: "the host did not answer lately".into(),
+                    after: Some(left),
+                },
+                Gate::Go => {
+                    let outcome = post(settings, &config, &delivery.event).await;
+                    lock(load).leave_host(&host, &outcome, Instant::now());
+                    outcome
+                }
+            };
             record(store, settings, &delivery, &config, outcome).await
         }
     };
     if let Err(e) = result {
         tracing::warn!(error = %e, seq = delivery.seq, "push outbox not updated");
         tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// What [`MAX_IN_FLIGHT_PER_HOST`] counts by: `scheme://host:port`.
+fn host_key(url: &str) -> Arc<str> {
+    match super::egress::parse(url) {
+        Ok(t) => format!(
+            "{}://{}:{}",
+            if t.https { "https" } else { "http" },
+            t.host,
+            t.port
+        )
+        .into(),
+        Err(_) => url.into(),
     }
 }
 
@@ -212,24 +366,24 @@ async fn record(
         .map(|t| t.host)
         .unwrap_or_default();
     let attempts = delivery.attempts + 1;
-    match outcome {
-        Outcome::Delivered => store.finish_delivery(delivery.seq).await,
+    let (why, after) = match outcome {
+        Outcome::Delivered => return store.finish_delivery(delivery.seq).await,
         Outcome::Final(why) => {
             tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, "push notification refused; not retried");
-            store.finish_delivery(delivery.seq).await
+            return store.finish_delivery(delivery.seq).await;
         }
-        Outcome::Retry { why, .. } if attempts >= settings.max_attempts => {
-            tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, "push notification given up");
-            store.finish_delivery(delivery.seq).await
-        }
-        Outcome::Retry { why, after } => {
-            let wait = after.unwrap_or_else(|| backoff(attempts)).min(MAX_RETRY);
-            tracing::debug!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, ?wait, "push notification to be retried");
-            store
-                .defer_delivery(delivery.seq, attempts, now_ms() + wait.as_millis() as i64)
-                .await
-        }
+        Outcome::Retry { why, after } => (why, after),
+        Outcome::Unreachable(why) => (why, None),
+    };
+    if attempts >= settings.max_attempts {
+        tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, "push notification given up");
+        return store.finish_delivery(delivery.seq).await;
     }
+    let wait = after.unwrap_or_else(|| backoff(attempts)).min(MAX_RETRY);
+    tracing::debug!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, ?wait, "push notification to be retried");
+    store
+        .defer_delivery(delivery.seq, attempts, now_ms() + wait.as_millis() as i64)
+        .await
 }
 
 /// The wait after `attempts` failed attempts: [`FIRST_RETRY`] doubling,
@@ -254,15 +408,12 @@ async fn post(settings: &Settings, config: &TaskPushNotificationConfig, event: &
     };
     match tokio::time::timeout(settings.timeout, send(settings, config, body)).await {
         Ok(outcome) => outcome,
-        Err(_) => Outcome::Retry {
-            why: format!("no answer within {:?}", settings.timeout),
-            after: None,
-        },
+        Err(_) => Outcome::Unreachable(format!("no answer within {:?}", settings.timeout)),
     }
 }
 
 async fn send(settings: &Settings, config: &TaskPushNotificationConfig, body: String) -> Outcome {
-    let retry = |why: String| Outcome::Retry { why, after: None };
+    let retry = Outcome::Unreachable;
     let target = match super::egress::parse(&config.url) {
         Ok(target) => target,
         Err(e) => return Outcome::Final(e.to_string()),
@@ -463,5 +614,60 @@ mod tests {
         assert_eq!(retry_after("soon"), None);
         let past = httpdate::fmt_http_date(std::time::SystemTime::UNIX_EPOCH);
         assert_eq!(retry_after(&past), Some(Duration::ZERO));
+    }
+
+    fn queue(n: usize) -> QueueKey {
+        ("t".into(), format!("task-{n}"), "hook".into())
+    }
+
+    #[test]
+    fn a_host_takes_at_most_its_share_of_attempts() {
+        let mut load = Load::default();
+        let (host, other): (Arc<str>, Arc<str>) = ("http://a:80".into(), "http://b:80".into());
+        let now = Instant::now();
+        for n in 0..MAX_IN_FLIGHT_PER_HOST {
+            assert_eq!(load.enter_host(&queue(n), host.clone(), now), Gate::Go);
+        }
+        let waiting = queue(MAX_IN_FLIGHT_PER_HOST);
+        assert_eq!(load.enter_host(&waiting, host.clone(), now), Gate::Full);
+        assert!(load.host_is_full(&waiting), "the pass skips it");
+        assert!(load.parked.contains(&waiting), "and reads past it");
+        assert_eq!(load.enter_host(&queue(99), other, now), Gate::Go);
+        load.leave_host(&host, &Outcome::Delivered, now);
+        assert!(!load.host_is_full(&waiting));
+        assert_eq!(load.enter_host(&waiting, host, now), Gate::Go);
+    }
+
+    #[test]
+    fn a_host_that_does_not_answer_is_down_for_a_growing_while() {
+        let mut load = Load::default();
+        let host: Arc<str> = "http://dead:80".into();
+        let now = Instant::now();
+        let unreachable = Outcome::Unreachable("connect: refused".into());
+        assert_eq!(load.enter_host(&queue(1), host.clone(), now), Gate::Go);
+        assert_eq!(load.enter_host(&queue(2), host.clone(), now), Gate::Go);
+        load.leave_host(&host, &unreachable, now);
+        // The second failure of the same burst does not extend it.
+        load.leave_host(&host, &unreachable, now);
+        let Gate::Down(first) = load.enter_host(&queue(3), host.clone(), now) else {
+            panic!("down after failing")
+        };
+        assert!(first <= FIRST_RETRY, "{first:?}");
+        // After it, an attempt goes; failing again doubles the wait.
+        let later = now + first;
+        assert_eq!(load.enter_host(&queue(3), host.clone(), later), Gate::Go);
+        load.leave_host(&host, &unreachable, later);
+        let Gate::Down(second) = load.enter_host(&queue(4), host.clone(), later) else {
+            panic!("down again")
+        };
+        assert!(
+            second >= FIRST_RETRY && second <= 2 * FIRST_RETRY,
+            "{second:?}"
+        );
+        // Any answer, even a refusal, brings it back.
+        let after = later + second;
+        assert_eq!(load.enter_host(&queue(4), host.clone(), after), Gate::Go);
+        load.leave_host(&host, &Outcome::Final("answered 404".into()), after);
+        assert_eq!(load.enter_host(&queue(5), host, after), Gate::Go);
     }
 }

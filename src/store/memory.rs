@@ -362,13 +362,13 @@ impl TaskStore for MemoryStore {
     async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         let outbox = self.outbox.lock().map_err(poisoned)?;
         let mut seen = std::collections::HashSet::new();
-        Ok(outbox
+        let mut heads: Vec<&Delivery> = outbox
             .entries
             .values()
             .filter(|d| seen.insert((&d.tenant, &d.task_id, &d.config_id)))
-            .take(limit)
-            .cloned()
-            .collect())
+            .collect();
+        heads.sort_by_key(|d| (d.not_before_ms, d.seq));
+        Ok(heads.into_iter().take(limit).cloned().collect())
     }
 
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {

@@ -292,9 +292,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The oldest `limit` outbox entries, in `seq` order, due or not.
     async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError>;
 
-    /// The oldest entry of each queue (tenant, task, config), in `seq`
-    /// order, at most `limit`: what delivery tries next, so that a queue
-    /// with many entries waiting (a dead webhook) never hides another's.
+    /// The oldest entry of each queue (tenant, task, config), soonest due
+    /// first (by `not_before_ms`, then `seq`), at most `limit`: what
+    /// delivery tries next. Only heads, so that a queue with many entries
+    /// waiting never hides another's, and due ones first, so that queues
+    /// waiting out a retry (a dead webhook) never hide one that is due.
     async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError>;
 
     /// Removes an outbox entry: delivered, or given up.

@@ -94,11 +94,11 @@ const GET_OWNED: &str = "SELECT record, version FROM tasks INDEXED BY tasks_by_o
 const OUTBOX: &str = "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
      FROM push_outbox ORDER BY seq LIMIT ?1";
 /// The oldest entry of each (tenant, task, config) queue, by the queue
-/// index (migration 0006).
+/// index (migration 0006), soonest due first.
 const OUTBOX_HEADS: &str = "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
      FROM push_outbox WHERE seq IN \
      (SELECT MIN(seq) FROM push_outbox GROUP BY tenant, task_id, config_id) \
-     ORDER BY seq LIMIT ?1";
+     ORDER BY not_before, seq LIMIT ?1";
 /// [`GET_OWNED`] without the record: answered from the index alone.
 const OWNS: &str = "SELECT 1 FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
