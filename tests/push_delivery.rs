@@ -627,10 +627,12 @@ async fn local_addresses_are_refused_unless_their_range_is_allowed() {
     ];
     // A public address (TEST-NET-3 is reserved, so not one of those).
     const PUBLIC: &str = "https://8.8.8.8/hook";
+    // A name that does not resolve is taken, and judged at each connection.
+    const UNRESOLVED: &str = "https://no-such-host.invalid/hook";
 
     for (egress, allowed) in [
-        (Egress::default(), vec![PUBLIC]),
-        (loopback(), [&LOOPBACK[..], &[PUBLIC]].concat()),
+        (Egress::default(), vec![PUBLIC, UNRESOLVED]),
+        (loopback(), [&LOOPBACK[..], &[PUBLIC, UNRESOLVED]].concat()),
     ] {
         let server = PushServer::start_with(egress).await;
         let mut client = server.client().await;
@@ -639,7 +641,7 @@ async fn local_addresses_are_refused_unless_their_range_is_allowed() {
             support::request(TENANT, user_message("review my change"), false),
         )
         .await;
-        for url in LOOPBACK.iter().chain(&OTHERS).chain([&PUBLIC]) {
+        for url in LOOPBACK.iter().chain(&OTHERS).chain([&PUBLIC, &UNRESOLVED]) {
             let created = client
                 .create_task_push_notification_config(TaskPushNotificationConfig {
                     tenant: TENANT.into(),

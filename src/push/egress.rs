@@ -11,9 +11,10 @@
 //!
 //! The URL is checked when a config is created ([`Egress::check_url`],
 //! which resolves a host name and refuses it if any of its addresses is
-//! refused), and every delivery connects only to addresses that pass at
-//! connection time ([`Egress::resolve`]), so a name that later resolves
-//! elsewhere (DNS rebinding) reaches nothing it should not.
+//! refused; a name that does not resolve then is taken), and every
+//! delivery connects only to addresses that pass at connection time
+//! ([`Egress::resolve`]), so a name that later resolves elsewhere (DNS
+//! rebinding) reaches nothing it should not.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -21,6 +22,8 @@ use ipnet::IpNet;
 
 /// The longest webhook URL accepted, in bytes.
 pub const MAX_URL_BYTES: usize = 2048;
+/// How long a host name may take to resolve.
+pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why a webhook URL is refused; the text names what is wrong, for the
 /// client's INVALID_ARGUMENT on the `url` field.
@@ -82,10 +85,17 @@ impl Egress {
 
     /// Parses and checks a webhook URL: `http` or `https`, no user
     /// information, a host, at most [`MAX_URL_BYTES`]. A host name is
-    /// resolved and refused if any of its addresses is.
+    /// resolved and refused if any of its addresses is. A name that does
+    /// not resolve now (a DNS failure, a name only the webhook's network
+    /// knows) is taken: every delivery resolves it again and connects only
+    /// to what [`Egress::resolve`] permits then.
     pub async fn check_url(&self, url: &str) -> Result<Target, UrlError> {
         let target = parse(url)?;
-        let addrs = lookup(&target).await?;
+        let addrs = match lookup(&target).await {
+            Ok(addrs) => addrs,
+            Err(UrlError::Unresolved { .. }) => return Ok(target),
+            Err(e) => return Err(e),
+        };
         for addr in addrs {
             if let Err(why) = self.permits(addr.ip()) {
                 return Err(UrlError::Refused {
@@ -167,8 +177,10 @@ async fn lookup(target: &Target) -> Result<Vec<SocketAddr>, UrlError> {
         host: target.host.clone(),
         reason,
     };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+    let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
+    let addrs: Vec<SocketAddr> = tokio::time::timeout(RESOLVE_TIMEOUT, lookup)
         .await
+        .map_err(|_| unresolved(format!("no answer within {RESOLVE_TIMEOUT:?}")))?
         .map_err(|e| unresolved(e.to_string()))?
         .collect();
     if addrs.is_empty() {
@@ -348,8 +360,13 @@ mod tests {
         assert!(egress.resolve(&target).await.is_err());
         let addrs = open.resolve(&target).await.unwrap();
         assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
+        // Taken when created, and judged at each connection.
+        let unknown = egress
+            .check_url("http://no-such-host.invalid/x")
+            .await
+            .unwrap();
         assert!(matches!(
-            egress.check_url("http://no-such-host.invalid/x").await,
+            egress.resolve(&unknown).await,
             Err(UrlError::Unresolved { .. })
         ));
     }

@@ -32,8 +32,8 @@ use tonic::transport::Channel;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
     GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
-    SubscribeToTaskRequest, TaskState, part::Content, send_message_response,
-    stream_response::Payload,
+    SubscribeToTaskRequest, TaskPushNotificationConfig, TaskState, part::Content,
+    send_message_response, stream_response::Payload,
 };
 
 type Client = A2aServiceClient<InterceptedService<Channel, Bearer>>;
@@ -118,6 +118,10 @@ struct Load {
     /// A bearer credential (API key or JWT) for a server run with --auth.
     #[arg(long, env = "A2A_TOKEN")]
     token: Option<String>,
+    /// Register this webhook with each message of the send workloads
+    /// (SendMessageConfiguration.task_push_notification_config).
+    #[arg(long)]
+    webhook: Option<String>,
 }
 
 #[derive(Args)]
@@ -156,6 +160,10 @@ struct SuiteArgs {
     /// `--auth`).
     #[arg(long)]
     no_auth: bool,
+    /// Skip the cost of push notifications (sends with and without a
+    /// webhook, and delivery to a local receiver).
+    #[arg(long)]
+    no_push: bool,
 }
 
 /// What one run measured.
@@ -362,8 +370,17 @@ async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
     match args.workload {
         Workload::Send | Workload::SendBlocking => {
             let immediately = args.workload == Workload::Send;
+            let webhook = args.load.webhook.clone();
             closed_loop(&clients, &args.load, pid, move |mut c, _| {
-                let req = send_request(&tenant, "go", immediately);
+                let mut req = send_request(&tenant, "go", immediately);
+                if let (Some(url), Some(configuration)) = (&webhook, &mut req.configuration) {
+                    configuration.task_push_notification_config =
+                        Some(TaskPushNotificationConfig {
+                            url: url.clone(),
+                            token: "bench".into(),
+                            ..Default::default()
+                        });
+                }
                 async move { c.send_message(req).await.map(|_| 0) }
             })
             .await
@@ -926,6 +943,12 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         json.extend(auth_json);
     }
 
+    if !args.no_push {
+        let (push_rows, push_json) = push_cost(args, &main_bin, &ours_args, server_cpus).await?;
+        rows.extend(push_rows);
+        json.extend(push_json);
+    }
+
     // `ratio` is to the bare server as tonic's defaults run it (what the
     // targets name); `to tuned` is to the bare server with this server's
     // runtime and connection settings, which isolates this server's own
@@ -1075,6 +1098,134 @@ async fn auth_cost(
     }
     drop((plain, authed));
     let _ = std::fs::remove_dir_all(&dir);
+    Ok((rows, json))
+}
+
+/// How long the receiver may see nothing before delivery counts as
+/// caught up after a run.
+const PUSH_QUIET: Duration = Duration::from_secs(1);
+/// The longest the suite waits for delivery to catch up after a run.
+const PUSH_DRAIN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Push notifications: the same server (webhooks allowed on loopback),
+/// non-blocking sends without a webhook and with one on a receiver in this
+/// process, alternately. What a webhook costs in server CPU per request
+/// (its delivery included: the CPU is counted until the receiver has had
+/// everything), the notifications delivered per second while the load
+/// runs, and how long delivery takes to catch up once it stops.
+async fn push_cost(
+    args: &SuiteArgs,
+    main_bin: &Path,
+    ours_args: &[&str],
+    server_cpus: Option<&str>,
+) -> Result<(Vec<Row>, Vec<String>), AnyError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let webhook = format!("http://{}/bench", listener.local_addr()?);
+    let received = Arc::new(AtomicU64::new(0));
+    let counting = received.clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(a2a_lifecycle::push::receiver::receive(
+        listener,
+        Some("bench".into()),
+        move |_| {
+            counting.fetch_add(1, Ordering::Relaxed);
+        },
+        stop.clone(),
+    ));
+    let mut server_args = ours_args.to_vec();
+    server_args.extend(["--push-allow-cidr", "127.0.0.0/8"]);
+    let server = spawn_server(main_bin, &server_args, server_cpus)?;
+    let run = |webhook: Option<String>| {
+        let mut load = args.load.clone();
+        load.webhook = webhook;
+        RunArgs {
+            target: server.url.clone(),
+            workload: Workload::Send,
+            load,
+            server_pid: Some(server.pid()),
+            subscribers: 0,
+            updates: 0,
+            tasks: 0,
+        }
+    };
+    // Waits until the receiver has seen nothing for PUSH_QUIET: how long
+    // that took, and the server CPU spent meanwhile.
+    let drain = || async {
+        let start = Instant::now();
+        let cpu = cpu_seconds(server.pid());
+        let mut last = received.load(Ordering::Relaxed);
+        let mut quiet_since = Instant::now();
+        while start.elapsed() < PUSH_DRAIN_LIMIT {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = received.load(Ordering::Relaxed);
+            if now != last {
+                (last, quiet_since) = (now, Instant::now());
+            } else if quiet_since.elapsed() >= PUSH_QUIET {
+                break;
+            }
+        }
+        let cpu = cpu.zip(cpu_seconds(server.pid())).map(|(a, b)| b - a);
+        (quiet_since.duration_since(start), cpu.unwrap_or(0.0))
+    };
+    let (mut without, mut with, mut ratios, mut delivered, mut drains) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for round in 1..=args.rounds {
+        let plain = run_workload(&run(None)).await?;
+        let before = received.load(Ordering::Relaxed);
+        let hooked = run_workload(&run(Some(webhook.clone()))).await?;
+        let during = received.load(Ordering::Relaxed) - before;
+        let (caught_up, drain_cpu) = drain().await;
+        let cpu = |o: &Outcome| o.cpu_us_per_request().unwrap_or(f64::NAN);
+        // The delivery work left when the load stopped counts too.
+        let hooked_cpu = cpu(&hooked) + drain_cpu * 1e6 / hooked.requests.max(1) as f64;
+        // Notifications taken during the whole run (warm-up included)
+        // over its length: the rate delivery kept up with.
+        let rate = during as f64 / (args.load.warmup + args.load.duration).as_secs_f64();
+        eprintln!(
+            "round {round} push: without {:.0} req/s {:.1} µs CPU/req; with a webhook {:.0} req/s {hooked_cpu:.1} µs CPU/req, {rate:.0} notifications/s delivered, caught up {caught_up:.1?} after",
+            plain.rate(),
+            cpu(&plain),
+            hooked.rate(),
+        );
+        without.push(cpu(&plain));
+        with.push(hooked_cpu);
+        ratios.push(hooked_cpu / cpu(&plain));
+        delivered.push(rate);
+        drains.push(caught_up.as_secs_f64());
+    }
+    stop.cancel();
+    drop(server);
+    let (without, with, ratio) = (median(without), median(with), median(ratios));
+    let (rate, drain) = (median(delivered), median(drains));
+    let rows = vec![
+        Row {
+            name: "push: SendMessage (non-blocking), one webhook".into(),
+            bare: without,
+            tuned: f64::NAN,
+            ours: with,
+            unit: "µs CPU/req (without vs with a webhook)",
+            ratio,
+            ratio_tuned: f64::NAN,
+            target: "<= 2.00".into(),
+            ok: ratio <= 2.0,
+            extra: format!("+{:.1} µs CPU/req, delivery included", with - without),
+        },
+        Row {
+            name: "push: notifications delivered to a local receiver".into(),
+            bare: f64::NAN,
+            tuned: f64::NAN,
+            ours: rate,
+            unit: "notifications/s",
+            ratio: f64::NAN,
+            ratio_tuned: f64::NAN,
+            target: "caught up <= 5 s after".into(),
+            ok: drain <= 5.0,
+            extra: format!("caught up {drain:.1} s after the load stopped"),
+        },
+    ];
+    let json = vec![format!(
+        "{{\"name\":\"push\",\"without_us\":{without:.2},\"with_us\":{with:.2},\"ratio\":{ratio:.3},\"delivered_per_s\":{rate:.0},\"drain_s\":{drain:.2}}}"
+    )];
     Ok((rows, json))
 }
 
