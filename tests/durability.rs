@@ -379,11 +379,8 @@ impl TaskStore for FailingWrites {
     async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
         self.inner.owns(tenant, task_id, owner).await
     }
-    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.inner.outbox(limit).await
-    }
-    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.inner.outbox_heads(limit).await
+    async fn outbox(&self, after: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.inner.outbox(after, limit).await
     }
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
         self.inner.finish_delivery(seq).await

@@ -317,7 +317,7 @@ async fn a_refused_address_is_never_reached() {
 /// Waits until every notification has been delivered, refused or given up.
 async fn drained(store: &MemoryStore) {
     within("outbox drained", async {
-        while !store.outbox(10).await.unwrap().is_empty() {
+        while !store.outbox(0, 10).await.unwrap().is_empty() {
             tokio::task::yield_now().await;
         }
     })
@@ -357,7 +357,7 @@ async fn deleting_a_config_stops_its_deliveries() {
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
     assert_eq!(
-        s.store.outbox(10).await.unwrap().len(),
+        s.store.outbox(0, 10).await.unwrap().len(),
         EXPECTED.len(),
         "queued with their events"
     );
@@ -733,14 +733,14 @@ async fn notifications_survive_sigkill_while_the_webhook_is_down() {
     }
 }
 
-/// One dead webhook never delays another's deliveries: more queues than a
-/// pass looks at name a host that accepts connections and never answers
+/// One dead webhook never delays another's deliveries: more queues than
+/// POSTs may be in flight name a host that accepts connections and never answers
 /// (with a timeout longer than the test), and a healthy webhook's
 /// notifications, queued after all of them, still arrive while those
 /// POSTs hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_webhook_does_not_delay_another() {
-    use a2a_lifecycle::push::deliver::{MAX_IN_FLIGHT_PER_HOST, QUEUES_PER_PASS};
+    use a2a_lifecycle::push::deliver::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_PER_HOST};
     let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dead = black_hole.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -758,7 +758,7 @@ async fn a_dead_webhook_does_not_delay_another() {
         timeout: std::time::Duration::from_secs(3600),
         ..Settings::default()
     });
-    for _ in 0..QUEUES_PER_PASS + 100 {
+    for _ in 0..MAX_IN_FLIGHT + 100 {
         let mut request = MessageRequest::from(user_message("review my change"));
         request.push_config = Some(TaskPushNotificationConfig {
             url: format!("http://{dead}/hook"),

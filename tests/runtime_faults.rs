@@ -76,11 +76,8 @@ impl TaskStore for Flaky {
     async fn owns(&self, t: &str, id: &str, o: &str) -> Result<bool, StoreError> {
         self.inner.owns(t, id, o).await
     }
-    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.inner.outbox(limit).await
-    }
-    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.inner.outbox_heads(limit).await
+    async fn outbox(&self, after: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.inner.outbox(after, limit).await
     }
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
         self.inner.finish_delivery(seq).await

@@ -2,25 +2,30 @@
 //! config's webhook, in commit order per config, retried until it is taken
 //! or given up.
 //!
-//! - Each (tenant, task, config) is a queue: only its oldest entry is ever
-//!   in flight, so a config sees its events in commit order (the terminal
-//!   one last), and the queues run side by side, so one slow or dead
-//!   webhook never delays another's: at most [`MAX_IN_FLIGHT`] POSTs at
-//!   once, of which at most [`MAX_IN_FLIGHT_PER_HOST`] to one webhook host
-//!   (however many tasks name it), and queues due soonest go first, so
-//!   those waiting out a retry never hold up one that is due.
+//! - The store's outbox is read once, in commit order, from where the last
+//!   read ended ([`TaskStore::outbox`]); the [`Dispatcher`] keeps what it
+//!   read as one queue per (tenant, task, config), at most
+//!   [`MAX_LOADED`] entries. Only a queue's head is ever in flight, so a
+//!   config sees its events in commit order (the terminal one last), and
+//!   the queues run side by side, so one slow or dead webhook never delays
+//!   another's: at most [`MAX_IN_FLIGHT`] POSTs at once, of which at most
+//!   [`MAX_IN_FLIGHT_PER_HOST`] to one webhook host however many tasks
+//!   name it; a queue waiting for its host, or for a retry, holds no slot.
 //! - A 2xx answer finishes an entry. Connection errors, timeouts
 //!   ([`Settings::timeout`]) and 408, 429 or 5xx answers are retried with
 //!   exponential backoff and jitter ([`FIRST_RETRY`] doubling to
 //!   [`MAX_RETRY`]), honouring `Retry-After`; after
 //!   [`Settings::max_attempts`] the entry is given up and logged. Any other
-//!   answer is final. Redirects are not followed.
+//!   answer is final. Redirects are not followed. A host that does not
+//!   answer is left alone for a doubling while, its notifications' attempts
+//!   counted as failed meanwhile.
 //! - The config is read from the task at each attempt: a deleted config (or
 //!   a purged task) gets nothing more.
 //! - Connections go only to addresses [`Egress`] permits, resolved at each
 //!   attempt. Credentials and tokens are never logged.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,19 +44,20 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// ... up to this (also the longest `Retry-After` honoured).
 pub const MAX_RETRY: Duration = Duration::from_secs(300);
-/// Queues looked at in one pass over the outbox, besides those in flight.
-pub const QUEUES_PER_PASS: usize = 1024;
+/// Outbox entries read per store call.
+pub const READ_BATCH: usize = 1024;
+/// Outbox entries held in memory at once (the queues' backlog); past this,
+/// reading waits until deliveries finish some.
+pub const MAX_LOADED: usize = 65_536;
 /// POSTs in flight at once, over all webhooks.
 pub const MAX_IN_FLIGHT: usize = 512;
 /// POSTs in flight at once to one webhook host (`scheme://host:port`): a
 /// slow or dead host holds at most this many of [`MAX_IN_FLIGHT`].
 pub const MAX_IN_FLIGHT_PER_HOST: usize = 16;
-/// Queues whose webhook host is remembered (the pass skips a queue whose
-/// host is at [`MAX_IN_FLIGHT_PER_HOST`]); past this the memory is
-/// cleared and learnt again.
-const MAX_KNOWN_QUEUES: usize = 100_000;
-/// How often the outbox is looked at without a signal (entries that
-/// became due, entries another process wrote).
+/// Down hosts remembered; past this, those back up are forgotten.
+const MAX_DOWN_HOSTS: usize = 100_000;
+/// How often the outbox is read without a signal (entries another process
+/// wrote), and the wait after a store error.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// The media type of a notification's body (spec §4.3).
 pub const CONTENT_TYPE: &str = "application/a2a+json";
@@ -98,25 +104,27 @@ enum Outcome {
 
 type QueueKey = (String, String, String);
 
+fn queue_of(delivery: &Delivery) -> QueueKey {
+    (
+        delivery.tenant.clone(),
+        delivery.task_id.clone(),
+        delivery.config_id.clone(),
+    )
+}
+
 /// Delivers the store's outbox until shut down.
 pub struct Dispatcher {
     store: Arc<dyn TaskStore>,
     settings: Arc<Settings>,
-    /// Raised when a commit added to the outbox, and when an attempt ends.
+    /// Raised when a commit added to the outbox.
     signal: Arc<Notify>,
-    load: Arc<Mutex<Load>>,
+    hosts: Arc<Mutex<Hosts>>,
 }
 
-/// What is in flight, by queue and by webhook host, and which hosts are
-/// down.
+/// Attempts in flight per webhook host, and which hosts are down; shared
+/// with the attempts, which take a host's slot once they know its URL.
 #[derive(Default)]
-struct Load {
-    in_flight: HashSet<QueueKey>,
-    /// Queues due but waiting for a slot at their host: the pass reads
-    /// this many more heads, so that they never hide a queue behind them.
-    parked: HashSet<QueueKey>,
-    /// The host of each queue seen (learnt when its config is read).
-    host_of: HashMap<QueueKey, Arc<str>>,
+struct Hosts {
     per_host: HashMap<Arc<str>, usize>,
     /// Hosts that did not answer: consecutive failures, and until when no
     /// connection is tried.
@@ -133,30 +141,22 @@ enum Gate {
     Down(Duration),
 }
 
-impl Load {
-    fn host_is_full(&self, key: &QueueKey) -> bool {
-        self.host_of
-            .get(key)
-            .and_then(|host| self.per_host.get(host))
+impl Hosts {
+    fn is_full(&self, host: &str) -> bool {
+        self.per_host
+            .get(host)
             .is_some_and(|&n| n >= MAX_IN_FLIGHT_PER_HOST)
     }
 
-    /// Takes one of `host`'s slots for `key`'s attempt, if it is up and has
-    /// one free.
-    fn enter_host(&mut self, key: &QueueKey, host: Arc<str>, now: Instant) -> Gate {
-        if self.host_of.len() >= MAX_KNOWN_QUEUES {
-            self.host_of.clear();
-            self.parked.clear();
-        }
-        self.host_of.insert(key.clone(), host.clone());
-        if let Some(&(_, until)) = self.down.get(&host)
+    /// Takes one of `host`'s slots, if it is up and has one free.
+    fn enter(&mut self, host: &Arc<str>, now: Instant) -> Gate {
+        if let Some(&(_, until)) = self.down.get(host)
             && until > now
         {
             return Gate::Down(until - now);
         }
-        let n = self.per_host.entry(host).or_default();
+        let n = self.per_host.entry(host.clone()).or_default();
         if *n >= MAX_IN_FLIGHT_PER_HOST {
-            self.parked.insert(key.clone());
             return Gate::Full;
         }
         *n += 1;
@@ -167,7 +167,7 @@ impl Load {
     /// [`backoff`] of its consecutive failures (counted once per down
     /// period, however many attempts were in flight); any answer brings
     /// it back up.
-    fn leave_host(&mut self, host: &Arc<str>, outcome: &Outcome, now: Instant) {
+    fn leave(&mut self, host: &Arc<str>, outcome: &Outcome, now: Instant) {
         if let Some(n) = self.per_host.get_mut(host) {
             *n -= 1;
             if *n == 0 {
@@ -178,7 +178,7 @@ impl Load {
             self.down.remove(host);
             return;
         }
-        if self.down.len() >= MAX_KNOWN_QUEUES {
+        if self.down.len() >= MAX_DOWN_HOSTS {
             self.down.retain(|_, (_, until)| *until > now);
         }
         let (failures, until) = self.down.entry(host.clone()).or_insert((0, now));
@@ -189,113 +189,263 @@ impl Load {
     }
 }
 
+/// What an attempt came to, for the schedule.
+#[derive(Debug, PartialEq, Eq)]
+enum Done {
+    /// The entry left the outbox: delivered, refused, given up, or its
+    /// config is gone.
+    Finished,
+    /// It stays, with `attempts` made, until `not_before_ms`.
+    Deferred { attempts: u32, not_before_ms: i64 },
+    /// Its host had no slot free: nothing was tried.
+    Parked(Arc<str>),
+    /// The store failed; the entry is tried again after [`POLL_EVERY`].
+    StoreFailed,
+}
+
+/// An attempt's end: its queue, what came of it, and the host whose slot
+/// it gave back.
+struct Ended {
+    key: QueueKey,
+    done: Done,
+    freed: Option<Arc<str>>,
+}
+
+/// The dispatcher's view of the outbox: what it has read (each queue's
+/// entries in commit order), which queue heads are due, waiting for a time
+/// or for a slot at their host, and in flight. The store is read once, in
+/// `seq` order, from where the last read ended; the schedule keeps each
+/// queue's order itself, so one queue's backlog costs the others nothing.
+#[derive(Default)]
+struct Schedule {
+    read_up_to: u64,
+    loaded: usize,
+    queues: HashMap<QueueKey, VecDeque<Delivery>>,
+    /// Queues whose head is due, oldest first.
+    ready: VecDeque<QueueKey>,
+    /// Queues whose head waits for a time (ms since the epoch).
+    timers: BinaryHeap<Reverse<(i64, QueueKey)>>,
+    in_flight: HashSet<QueueKey>,
+    /// Queues whose head waits for a slot at its host.
+    parked: HashMap<Arc<str>, VecDeque<QueueKey>>,
+}
+
+impl Schedule {
+    fn add(&mut self, delivery: Delivery, now_ms: i64) {
+        self.read_up_to = self.read_up_to.max(delivery.seq);
+        self.loaded += 1;
+        let key = queue_of(&delivery);
+        let not_before = delivery.not_before_ms;
+        let queue = self.queues.entry(key.clone()).or_default();
+        queue.push_back(delivery);
+        if queue.len() == 1 {
+            self.at(key, not_before, now_ms);
+        }
+    }
+
+    fn at(&mut self, key: QueueKey, not_before_ms: i64, now_ms: i64) {
+        if not_before_ms <= now_ms {
+            self.ready.push_back(key);
+        } else {
+            self.timers.push(Reverse((not_before_ms, key)));
+        }
+    }
+
+    /// Moves the queues whose time has come to `ready`; how long until the
+    /// next one's does.
+    fn wake(&mut self, now_ms: i64) -> Option<Duration> {
+        while let Some(Reverse((at, _))) = self.timers.peek() {
+            if *at > now_ms {
+                return Some(Duration::from_millis((*at - now_ms) as u64));
+            }
+            if let Some(Reverse((_, key))) = self.timers.pop() {
+                self.ready.push_back(key);
+            }
+        }
+        None
+    }
+
+    /// The next head to attempt, while fewer than [`MAX_IN_FLIGHT`] are.
+    fn next(&mut self) -> Option<Delivery> {
+        while self.in_flight.len() < MAX_IN_FLIGHT {
+            let key = self.ready.pop_front()?;
+            let Some(head) = self.queues.get(&key).and_then(|q| q.front()) else {
+                continue;
+            };
+            let head = head.clone();
+            if self.in_flight.insert(key) {
+                return Some(head);
+            }
+        }
+        None
+    }
+
+    fn ended(&mut self, ended: Ended, hosts: &Mutex<Hosts>, now_ms: i64) {
+        let Ended { key, done, freed } = ended;
+        self.in_flight.remove(&key);
+        if let Some(host) = freed {
+            self.unpark(&host, 1);
+        }
+        match done {
+            Done::Finished => {
+                let Some(queue) = self.queues.get_mut(&key) else {
+                    return;
+                };
+                queue.pop_front();
+                self.loaded -= 1;
+                match queue.front() {
+                    Some(next) => {
+                        let not_before = next.not_before_ms;
+                        self.at(key, not_before, now_ms);
+                    }
+                    None => {
+                        self.queues.remove(&key);
+                    }
+                }
+            }
+            Done::Deferred {
+                attempts,
+                not_before_ms,
+            } => {
+                if let Some(head) = self.queues.get_mut(&key).and_then(|q| q.front_mut()) {
+                    head.attempts = attempts;
+                    head.not_before_ms = not_before_ms;
+                }
+                self.at(key, not_before_ms, now_ms);
+            }
+            Done::Parked(host) => {
+                // Its slot may have come free before this was heard.
+                let full = lock(hosts).is_full(&host);
+                if full {
+                    self.parked.entry(host).or_default().push_back(key);
+                } else {
+                    self.ready.push_back(key);
+                }
+            }
+            Done::StoreFailed => {
+                self.at(key, now_ms + POLL_EVERY.as_millis() as i64, now_ms);
+            }
+        }
+    }
+
+    /// Lets `n` of the queues waiting for `host` go.
+    fn unpark(&mut self, host: &Arc<str>, n: usize) {
+        if let Some(waiting) = self.parked.get_mut(host) {
+            for _ in 0..n {
+                match waiting.pop_front() {
+                    Some(key) => self.ready.push_back(key),
+                    None => break,
+                }
+            }
+            if waiting.is_empty() {
+                self.parked.remove(host);
+            }
+        }
+    }
+
+    /// Lets every queue go whose host has room (a safety net run each
+    /// [`POLL_EVERY`]).
+    fn unpark_all(&mut self, hosts: &Mutex<Hosts>) {
+        let free: Vec<Arc<str>> = {
+            let hosts = lock(hosts);
+            self.parked
+                .keys()
+                .filter(|h| !hosts.is_full(h))
+                .cloned()
+                .collect()
+        };
+        for host in free {
+            self.unpark(&host, MAX_IN_FLIGHT_PER_HOST);
+        }
+    }
+}
+
 impl Dispatcher {
     pub fn new(store: Arc<dyn TaskStore>, settings: Settings, signal: Arc<Notify>) -> Self {
         Dispatcher {
             store,
             settings: Arc::new(settings),
             signal,
-            load: Default::default(),
+            hosts: Default::default(),
         }
     }
 
-    /// Runs until `shutdown`: each pass starts an attempt at every queue's
-    /// head that is due, not already in flight and whose host has a slot
-    /// free, then waits for a signal, the next entry to fall due, or
-    /// [`POLL_EVERY`]. Attempts in flight at shutdown are dropped; their
-    /// entries stay in the outbox for the next start.
+    /// Runs until `shutdown`: reads what was committed to the outbox since
+    /// the last read (on a signal, each [`POLL_EVERY`], or at once while
+    /// reads come back full), starts an attempt at every due queue head
+    /// while slots are free, and hears attempts end. Attempts in flight at
+    /// shutdown are dropped; their entries stay in the outbox for the next
+    /// start.
     pub async fn run(self, shutdown: CancellationToken) {
         let attempts = tokio_util::task::TaskTracker::new();
+        let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<Ended>();
+        let mut schedule = Schedule::default();
+        let mut read = true;
         loop {
-            let wait = match self.pass(&attempts).await {
-                Ok(next_due) => next_due.map_or(POLL_EVERY, |d| d.min(POLL_EVERY)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "push outbox unreadable; retrying");
-                    POLL_EVERY
+            if read && schedule.loaded < MAX_LOADED {
+                read = false;
+                let limit = READ_BATCH.min(MAX_LOADED - schedule.loaded);
+                match self.store.outbox(schedule.read_up_to, limit).await {
+                    Ok(batch) => {
+                        read = batch.len() == limit;
+                        let now = now_ms();
+                        for delivery in batch {
+                            schedule.add(delivery, now);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "push outbox unreadable; retrying"),
                 }
-            };
+            }
+            let next_timer = schedule.wake(now_ms());
+            while let Some(delivery) = schedule.next() {
+                let (store, settings, hosts, ended) = (
+                    self.store.clone(),
+                    self.settings.clone(),
+                    self.hosts.clone(),
+                    ended_tx.clone(),
+                );
+                attempts.spawn(async move {
+                    let key = queue_of(&delivery);
+                    let (done, freed) = attempt(&*store, &settings, &hosts, delivery).await;
+                    let _ = ended.send(Ended { key, done, freed });
+                });
+            }
+            if read {
+                continue;
+            }
+            let wait = next_timer.map_or(POLL_EVERY, |d| d.min(POLL_EVERY));
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = self.signal.notified() => {}
-                () = tokio::time::sleep(wait) => {}
+                () = self.signal.notified() => read = true,
+                Some(ended) = ended_rx.recv() => {
+                    let now = now_ms();
+                    schedule.ended(ended, &self.hosts, now);
+                    while let Ok(ended) = ended_rx.try_recv() {
+                        schedule.ended(ended, &self.hosts, now);
+                    }
+                }
+                () = tokio::time::sleep(wait) => {
+                    read = true;
+                    schedule.unpark_all(&self.hosts);
+                }
             }
         }
         attempts.close();
     }
-
-    /// One pass; how long until the next entry not yet due falls due.
-    async fn pass(
-        &self,
-        attempts: &tokio_util::task::TaskTracker,
-    ) -> Result<Option<Duration>, crate::store::StoreError> {
-        let (busy, parked) = {
-            let load = self.lock_load();
-            (load.in_flight.len(), load.parked.len())
-        };
-        if busy >= MAX_IN_FLIGHT {
-            // An attempt's end raises the signal.
-            return Ok(None);
-        }
-        let heads = self
-            .store
-            .outbox_heads(QUEUES_PER_PASS + busy + parked)
-            .await?;
-        let now = now_ms();
-        for delivery in heads {
-            // Soonest due first: the rest are later still.
-            if delivery.not_before_ms > now {
-                let wait = Duration::from_millis((delivery.not_before_ms - now) as u64);
-                return Ok(Some(wait));
-            }
-            let key = (
-                delivery.tenant.clone(),
-                delivery.task_id.clone(),
-                delivery.config_id.clone(),
-            );
-            {
-                let mut load = self.lock_load();
-                if load.in_flight.len() >= MAX_IN_FLIGHT {
-                    break;
-                }
-                if load.in_flight.contains(&key) || load.host_is_full(&key) {
-                    continue;
-                }
-                load.parked.remove(&key);
-                load.in_flight.insert(key.clone());
-            }
-            let (store, settings, signal, load) = (
-                self.store.clone(),
-                self.settings.clone(),
-                self.signal.clone(),
-                self.load.clone(),
-            );
-            attempts.spawn(async move {
-                attempt(&*store, &settings, &load, &key, delivery).await;
-                lock(&load).in_flight.remove(&key);
-                signal.notify_one();
-            });
-        }
-        Ok(None)
-    }
-
-    fn lock_load(&self) -> std::sync::MutexGuard<'_, Load> {
-        lock(&self.load)
-    }
 }
 
-fn lock(load: &Mutex<Load>) -> std::sync::MutexGuard<'_, Load> {
-    load.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(hosts: &Mutex<Hosts>) -> std::sync::MutexGuard<'_, Hosts> {
+    hosts.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One attempt at `delivery`, and what the outbox records of it. None
-/// when the webhook's host has no slot free: the queue waits for one.
+/// One attempt at `delivery`, and what the outbox records of it; the host
+/// whose slot it took and gave back, if it took one.
 async fn attempt(
     store: &dyn TaskStore,
     settings: &Settings,
-    load: &Mutex<Load>,
-    key: &QueueKey,
+    hosts: &Mutex<Hosts>,
     delivery: Delivery,
-) {
+) -> (Done, Option<Arc<str>>) {
     let config = match store.get(&delivery.tenant, &delivery.task_id).await {
         Ok(stored) => stored.and_then(|s| {
             s.record
@@ -305,38 +455,45 @@ async fn attempt(
         }),
         Err(e) => {
             tracing::warn!(error = %e, "push delivery: task unreadable; retrying");
-            // Not at once: the queue is tried again when this returns.
-            tokio::time::sleep(POLL_EVERY).await;
-            return;
+            return (Done::StoreFailed, None);
         }
     };
-    let result = match config {
-        // Deleted (or the task purged): nothing more goes to it.
-        None => store.finish_delivery(delivery.seq).await,
-        Some(config) => {
-            let host = host_key(&config.url);
-            let gate = lock(load).enter_host(key, host.clone(), Instant::now());
-            let outcome = match gate {
-                // Waits, in memory, for a slot: the pass skips it meanwhile.
-                Gate::Full => return,
-                // Counted as an attempt, so a dead host's backlog is given
-                // up in time without a connection per notification.
-                Gate::Down(left) => Outcome::Retry {
-                    why: "the host did not answer lately".into(),
-                    after: Some(left),
-                },
-                Gate::Go => {
-                    let outcome = post(settings, &config, &delivery.event).await;
-                    lock(load).leave_host(&host, &outcome, Instant::now());
-                    outcome
-                }
-            };
-            record(store, settings, &delivery, &config, outcome).await
+    // Deleted (or the task purged): nothing more goes to it.
+    let Some(config) = config else {
+        return (finish(store, &delivery).await, None);
+    };
+    let host = host_key(&config.url);
+    let gate = lock(hosts).enter(&host, Instant::now());
+    let (outcome, freed) = match gate {
+        Gate::Full => return (Done::Parked(host), None),
+        // Counted as an attempt, so a dead host's backlog is given up in
+        // time without a connection per notification.
+        Gate::Down(left) => (
+            Outcome::Retry {
+                why: "the host did not answer lately".into(),
+                after: Some(left),
+            },
+            None,
+        ),
+        Gate::Go => {
+            let outcome = post(settings, &config, &delivery.event).await;
+            lock(hosts).leave(&host, &outcome, Instant::now());
+            (outcome, Some(host))
         }
     };
-    if let Err(e) = result {
-        tracing::warn!(error = %e, seq = delivery.seq, "push outbox not updated");
-        tokio::time::sleep(POLL_EVERY).await;
+    (
+        record(store, settings, &delivery, &config, outcome).await,
+        freed,
+    )
+}
+
+async fn finish(store: &dyn TaskStore, delivery: &Delivery) -> Done {
+    match store.finish_delivery(delivery.seq).await {
+        Ok(()) => Done::Finished,
+        Err(e) => {
+            tracing::warn!(error = %e, seq = delivery.seq, "push outbox not updated");
+            Done::StoreFailed
+        }
     }
 }
 
@@ -361,29 +518,40 @@ async fn record(
     delivery: &Delivery,
     config: &TaskPushNotificationConfig,
     outcome: Outcome,
-) -> Result<(), crate::store::StoreError> {
+) -> Done {
     let host = super::egress::parse(&config.url)
         .map(|t| t.host)
         .unwrap_or_default();
     let attempts = delivery.attempts + 1;
     let (why, after) = match outcome {
-        Outcome::Delivered => return store.finish_delivery(delivery.seq).await,
+        Outcome::Delivered => return finish(store, delivery).await,
         Outcome::Final(why) => {
             tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, "push notification refused; not retried");
-            return store.finish_delivery(delivery.seq).await;
+            return finish(store, delivery).await;
         }
         Outcome::Retry { why, after } => (why, after),
         Outcome::Unreachable(why) => (why, None),
     };
     if attempts >= settings.max_attempts {
         tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, "push notification given up");
-        return store.finish_delivery(delivery.seq).await;
+        return finish(store, delivery).await;
     }
     let wait = after.unwrap_or_else(|| backoff(attempts)).min(MAX_RETRY);
     tracing::debug!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, ?wait, "push notification to be retried");
-    store
-        .defer_delivery(delivery.seq, attempts, now_ms() + wait.as_millis() as i64)
+    let not_before_ms = now_ms() + wait.as_millis() as i64;
+    match store
+        .defer_delivery(delivery.seq, attempts, not_before_ms)
         .await
+    {
+        Ok(()) => Done::Deferred {
+            attempts,
+            not_before_ms,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, seq = delivery.seq, "push outbox not updated");
+            Done::StoreFailed
+        }
+    }
 }
 
 /// The wait after `attempts` failed attempts: [`FIRST_RETRY`] doubling,
@@ -616,48 +784,101 @@ mod tests {
         assert_eq!(retry_after(&past), Some(Duration::ZERO));
     }
 
-    fn queue(n: usize) -> QueueKey {
-        ("t".into(), format!("task-{n}"), "hook".into())
+    fn entry(seq: u64, task: &str) -> Delivery {
+        Delivery {
+            seq,
+            tenant: "t".into(),
+            task_id: task.into(),
+            config_id: "hook".into(),
+            event: Vec::new(),
+            attempts: 0,
+            not_before_ms: 0,
+        }
+    }
+
+    fn ended(delivery: &Delivery, done: Done) -> Ended {
+        Ended {
+            key: queue_of(delivery),
+            done,
+            freed: None,
+        }
     }
 
     #[test]
-    fn a_host_takes_at_most_its_share_of_attempts() {
-        let mut load = Load::default();
-        let (host, other): (Arc<str>, Arc<str>) = ("http://a:80".into(), "http://b:80".into());
-        let now = Instant::now();
-        for n in 0..MAX_IN_FLIGHT_PER_HOST {
-            assert_eq!(load.enter_host(&queue(n), host.clone(), now), Gate::Go);
+    fn a_queue_has_one_head_in_flight_and_keeps_its_order() {
+        let hosts = Mutex::new(Hosts::default());
+        let mut schedule = Schedule::default();
+        for (seq, task) in [(1, "a"), (2, "a"), (3, "b"), (4, "a")] {
+            schedule.add(entry(seq, task), 0);
         }
-        let waiting = queue(MAX_IN_FLIGHT_PER_HOST);
-        assert_eq!(load.enter_host(&waiting, host.clone(), now), Gate::Full);
-        assert!(load.host_is_full(&waiting), "the pass skips it");
-        assert!(load.parked.contains(&waiting), "and reads past it");
-        assert_eq!(load.enter_host(&queue(99), other, now), Gate::Go);
-        load.leave_host(&host, &Outcome::Delivered, now);
-        assert!(!load.host_is_full(&waiting));
-        assert_eq!(load.enter_host(&waiting, host, now), Gate::Go);
+        assert_eq!(schedule.read_up_to, 4);
+        let first = schedule.next().unwrap();
+        let second = schedule.next().unwrap();
+        assert_eq!((first.seq, second.seq), (1, 3), "one head per queue");
+        assert!(schedule.next().is_none(), "a's next waits for its head");
+        schedule.ended(ended(&first, Done::Finished), &hosts, 0);
+        assert_eq!(schedule.next().unwrap().seq, 2);
+        // A retry waits for its time and holds no slot meanwhile.
+        schedule.ended(
+            ended(
+                &second,
+                Done::Deferred {
+                    attempts: 1,
+                    not_before_ms: 500,
+                },
+            ),
+            &hosts,
+            0,
+        );
+        assert!(schedule.next().is_none());
+        assert_eq!(schedule.wake(100), Some(Duration::from_millis(400)));
+        assert_eq!(schedule.wake(500), None);
+        let retried = schedule.next().unwrap();
+        assert_eq!((retried.seq, retried.attempts), (3, 1));
+        assert_eq!(schedule.loaded, 3);
+    }
+
+    #[test]
+    fn a_queue_parked_for_its_host_goes_when_a_slot_frees() {
+        let hosts = Mutex::new(Hosts::default());
+        let host: Arc<str> = "http://a:80".into();
+        let mut schedule = Schedule::default();
+        schedule.add(entry(1, "a"), 0);
+        let head = schedule.next().unwrap();
+        for _ in 0..MAX_IN_FLIGHT_PER_HOST {
+            assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Go);
+        }
+        assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Full);
+        schedule.ended(ended(&head, Done::Parked(host.clone())), &hosts, 0);
+        assert!(schedule.next().is_none(), "waits for its host");
+        lock(&hosts).leave(&host, &Outcome::Delivered, Instant::now());
+        schedule.unpark(&host, 1);
+        assert_eq!(schedule.next().unwrap().seq, 1);
+        // Parked after its host had room again: it goes at once.
+        schedule.ended(ended(&head, Done::Parked(host)), &hosts, 0);
+        assert_eq!(schedule.next().unwrap().seq, 1);
     }
 
     #[test]
     fn a_host_that_does_not_answer_is_down_for_a_growing_while() {
-        let mut load = Load::default();
+        let mut hosts = Hosts::default();
         let host: Arc<str> = "http://dead:80".into();
         let now = Instant::now();
         let unreachable = Outcome::Unreachable("connect: refused".into());
-        assert_eq!(load.enter_host(&queue(1), host.clone(), now), Gate::Go);
-        assert_eq!(load.enter_host(&queue(2), host.clone(), now), Gate::Go);
-        load.leave_host(&host, &unreachable, now);
+        assert_eq!(hosts.enter(&host, now), Gate::Go);
+        assert_eq!(hosts.enter(&host, now), Gate::Go);
+        hosts.leave(&host, &unreachable, now);
         // The second failure of the same burst does not extend it.
-        load.leave_host(&host, &unreachable, now);
-        let Gate::Down(first) = load.enter_host(&queue(3), host.clone(), now) else {
+        hosts.leave(&host, &unreachable, now);
+        let Gate::Down(first) = hosts.enter(&host, now) else {
             panic!("down after failing")
         };
         assert!(first <= FIRST_RETRY, "{first:?}");
         // After it, an attempt goes; failing again doubles the wait.
         let later = now + first;
-        assert_eq!(load.enter_host(&queue(3), host.clone(), later), Gate::Go);
-        load.leave_host(&host, &unreachable, later);
-        let Gate::Down(second) = load.enter_host(&queue(4), host.clone(), later) else {
+        assert_eq!(hosts.enter(&host, later), Gate::Go);
+        hosts.leave(&host, &unreachable, later);
+        let Gate::Down(second) = hosts.enter(&host, later) else {
             panic!("down again")
         };
         assert!(
@@ -666,8 +887,9 @@ mod tests {
         );
         // Any answer, even a refusal, brings it back.
         let after = later + second;
-        assert_eq!(load.enter_host(&queue(4), host.clone(), after), Gate::Go);
-        load.leave_host(&host, &Outcome::Final("answered 404".into()), after);
-        assert_eq!(load.enter_host(&queue(5), host, after), Gate::Go);
+        assert_eq!(hosts.enter(&host, after), Gate::Go);
+        hosts.leave(&host, &Outcome::Final("answered 404".into()), after);
+        assert_eq!(hosts.enter(&host, after), Gate::Go);
+        assert!(!hosts.is_full(&host));
     }
 }

@@ -354,21 +354,14 @@ impl TaskStore for MemoryStore {
         Ok(purged)
     }
 
-    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+    async fn outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         let outbox = self.outbox.lock().map_err(poisoned)?;
-        Ok(outbox.entries.values().take(limit).cloned().collect())
-    }
-
-    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        let outbox = self.outbox.lock().map_err(poisoned)?;
-        let mut seen = std::collections::HashSet::new();
-        let mut heads: Vec<&Delivery> = outbox
+        Ok(outbox
             .entries
-            .values()
-            .filter(|d| seen.insert((&d.tenant, &d.task_id, &d.config_id)))
-            .collect();
-        heads.sort_by_key(|d| (d.not_before_ms, d.seq));
-        Ok(heads.into_iter().take(limit).cloned().collect())
+            .range(after_seq.saturating_add(1)..)
+            .take(limit)
+            .map(|(_, d)| d.clone())
+            .collect())
     }
 
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {

@@ -289,15 +289,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// returns how many were deleted (retention).
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError>;
 
-    /// The oldest `limit` outbox entries, in `seq` order, due or not.
-    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError>;
-
-    /// The oldest entry of each queue (tenant, task, config), soonest due
-    /// first (by `not_before_ms`, then `seq`), at most `limit`: what
-    /// delivery tries next. Only heads, so that a queue with many entries
-    /// waiting never hides another's, and due ones first, so that queues
-    /// waiting out a retry (a dead webhook) never hide one that is due.
-    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError>;
+    /// Up to `limit` outbox entries with a `seq` above `after_seq`, in
+    /// `seq` (commit) order, due or not: delivery reads the outbox once,
+    /// from where it left off.
+    async fn outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError>;
 
     /// Removes an outbox entry: delivered, or given up.
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError>;

@@ -56,6 +56,9 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!(
         "../../../migrations/sqlite/0006_push_outbox.sql"
     )),
+    M::up(include_str!(
+        "../../../migrations/sqlite/0007_outbox_read_in_order.sql"
+    )),
 ];
 
 /// How long a statement waits for another connection's write lock before
@@ -90,15 +93,9 @@ const GET: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = 
 /// condition, repeated so that SQLite may use it).
 const GET_OWNED: &str = "SELECT record, version FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
-/// The outbox in commit order.
+/// The outbox in commit order, from a point on (by the primary key).
 const OUTBOX: &str = "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
-     FROM push_outbox ORDER BY seq LIMIT ?1";
-/// The oldest entry of each (tenant, task, config) queue, by the queue
-/// index (migration 0006), soonest due first.
-const OUTBOX_HEADS: &str = "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
-     FROM push_outbox WHERE seq IN \
-     (SELECT MIN(seq) FROM push_outbox GROUP BY tenant, task_id, config_id) \
-     ORDER BY not_before, seq LIMIT ?1";
+     FROM push_outbox WHERE seq > ?1 ORDER BY seq LIMIT ?2";
 /// [`GET_OWNED`] without the record: answered from the index alone.
 const OWNS: &str = "SELECT 1 FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
@@ -489,16 +486,15 @@ fn read_task(
 impl SqliteStore {
     /// Outbox entries as `sql` (one of [`OUTBOX`], [`OUTBOX_HEADS`]) picks
     /// them.
-    async fn read_outbox(
-        &self,
-        sql: &'static str,
-        limit: usize,
-    ) -> Result<Vec<Delivery>, StoreError> {
+    async fn read_outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         self.read(move |conn| {
-            let mut statement = conn.prepare_cached(sql).map_err(map_err)?;
+            let mut statement = conn.prepare_cached(OUTBOX).map_err(map_err)?;
             let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+            // SQLite integers are signed: a seq past i64::MAX is never
+            // written, so "after" it reads nothing.
+            let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
             let rows = statement
-                .query_map([limit as i64], |r| {
+                .query_map([after, limit as i64], |r| {
                     Ok(Delivery {
                         seq: r.get::<_, i64>(0)? as u64,
                         tenant: text(r.get(1)?),
@@ -615,12 +611,8 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn outbox(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.read_outbox(OUTBOX, limit).await
-    }
-
-    async fn outbox_heads(&self, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.read_outbox(OUTBOX_HEADS, limit).await
+    async fn outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        self.read_outbox(after_seq, limit).await
     }
 
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
