@@ -34,6 +34,8 @@ struct Received {
     token: Option<String>,
     content_type: Option<String>,
     event: String,
+    /// Which of the receiver's connections it came on, counted from 0.
+    connection: usize,
 }
 
 /// An HTTP/1.1 receiver on loopback that answers the first `fail` POSTs
@@ -51,7 +53,13 @@ async fn receiver_answering(
     location: Option<String>,
 ) -> (u16, mpsc::UnboundedReceiver<Received>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    serve_receiver(listener, fail, status, location)
+    serve_receiver(listener, fail, status, location, true)
+}
+
+/// [`receiver`], closing each connection after one answer.
+async fn receiver_closing() -> (u16, mpsc::UnboundedReceiver<Received>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_receiver(listener, 0, 503, None, false)
 }
 
 /// [`receiver`] on a given port.
@@ -59,7 +67,7 @@ async fn receiver_on(port: u16) -> (u16, mpsc::UnboundedReceiver<Received>) {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    serve_receiver(listener, 0, 503, None)
+    serve_receiver(listener, 0, 503, None, true)
 }
 
 fn serve_receiver(
@@ -67,22 +75,24 @@ fn serve_receiver(
     fail: usize,
     status: u16,
     location: Option<String>,
+    keep_alive: bool,
 ) -> (u16, mpsc::UnboundedReceiver<Received>) {
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::unbounded_channel();
     let failures = Arc::new(AtomicUsize::new(fail));
     tokio::spawn(async move {
-        loop {
+        for connection in 0.. {
             let (tcp, _) = listener.accept().await.unwrap();
             let (tx, failures, location) = (tx.clone(), failures.clone(), location.clone());
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
                     let (tx, failures, location) = (tx.clone(), failures.clone(), location.clone());
-                    answer(request, tx, failures, status, location)
+                    answer(request, tx, failures, status, location, connection)
                 },
             );
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(keep_alive)
                     .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
                     .await;
             });
@@ -98,6 +108,7 @@ async fn answer(
     failures: Arc<AtomicUsize>,
     fail_status: u16,
     location: Option<String>,
+    connection: usize,
 ) -> Result<hyper::Response<http_body_util::Empty<bytes::Bytes>>, Infallible> {
     use http_body_util::BodyExt;
     let header = |name: &str| {
@@ -111,6 +122,7 @@ async fn answer(
         token: header("x-a2a-notification-token"),
         content_type: header("content-type"),
         event: String::new(),
+        connection,
     };
     let body = request.into_body().collect().await.unwrap().to_bytes();
     let received = Received {
@@ -275,10 +287,31 @@ async fn every_event_reaches_the_webhook_in_order_with_its_headers() {
         assert_eq!(r.authorization.as_deref(), Some("Bearer secret-credential"));
         assert_eq!(r.token.as_deref(), Some("opaque-token"));
         assert_eq!(r.content_type.as_deref(), Some("application/a2a+json"));
+        // One connection, kept alive from one POST to the next.
+        assert_eq!(r.connection, 0);
         seen.push(describe(&r.event));
     }
     assert_eq!(seen, EXPECTED);
     // Done: the outbox empties.
+    drained(&s.store).await;
+    s.stop.cancel();
+}
+
+/// A webhook that closes each connection after answering: every POST goes
+/// on a new one, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_that_closes_connections_gets_every_event() {
+    let (port, mut received) = receiver_closing().await;
+    let s = setup(loopback());
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    let mut seen = Vec::new();
+    for (n, _) in EXPECTED.iter().enumerate() {
+        let r = within("a notification", received.recv()).await.unwrap();
+        assert_eq!(r.connection, n, "a new connection each time");
+        seen.push(describe(&r.event));
+    }
+    assert_eq!(seen, EXPECTED);
     drained(&s.store).await;
     s.stop.cancel();
 }

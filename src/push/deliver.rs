@@ -56,6 +56,12 @@ pub const MAX_IN_FLIGHT: usize = 512;
 pub const MAX_IN_FLIGHT_PER_HOST: usize = 16;
 /// Down hosts remembered; past this, those back up are forgotten.
 const MAX_DOWN_HOSTS: usize = 100_000;
+/// How long an idle connection to a webhook is kept for the next POST.
+pub const IDLE_CONNECTION: Duration = Duration::from_secs(30);
+/// Hosts with idle connections kept.
+const MAX_POOLED_HOSTS: usize = 1024;
+/// The longest answer body read (and dropped) to keep a connection.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// How often the outbox is read without a signal (entries another process
 /// wrote), and the wait after a store error.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
@@ -119,6 +125,7 @@ pub struct Dispatcher {
     /// Raised when a commit added to the outbox.
     signal: Arc<Notify>,
     hosts: Arc<Mutex<Hosts>>,
+    pool: Arc<Pool>,
 }
 
 /// Attempts in flight per webhook host, and which hosts are down; shared
@@ -367,6 +374,7 @@ impl Dispatcher {
             settings: Arc::new(settings),
             signal,
             hosts: Default::default(),
+            pool: Default::default(),
         }
     }
 
@@ -398,19 +406,22 @@ impl Dispatcher {
             }
             let next_timer = schedule.wake(now_ms());
             while let Some(delivery) = schedule.next() {
-                let (store, settings, hosts, ended) = (
+                let (store, settings, hosts, pool, ended) = (
                     self.store.clone(),
                     self.settings.clone(),
                     self.hosts.clone(),
+                    self.pool.clone(),
                     ended_tx.clone(),
                 );
                 attempts.spawn(async move {
                     let key = queue_of(&delivery);
-                    let (done, freed) = attempt(&*store, &settings, &hosts, delivery).await;
+                    let (done, freed) = attempt(&*store, &settings, &hosts, &pool, delivery).await;
                     let _ = ended.send(Ended { key, done, freed });
                 });
             }
-            if read {
+            // Read on at once while reads come back full and there is room;
+            // at MAX_LOADED, only when deliveries have finished some.
+            if read && schedule.loaded < MAX_LOADED {
                 continue;
             }
             let wait = next_timer.map_or(POLL_EVERY, |d| d.min(POLL_EVERY));
@@ -444,6 +455,7 @@ async fn attempt(
     store: &dyn TaskStore,
     settings: &Settings,
     hosts: &Mutex<Hosts>,
+    pool: &Pool,
     delivery: Delivery,
 ) -> (Done, Option<Arc<str>>) {
     let config = match store.get(&delivery.tenant, &delivery.task_id).await {
@@ -476,7 +488,7 @@ async fn attempt(
             None,
         ),
         Gate::Go => {
-            let outcome = post(settings, &config, &delivery.event).await;
+            let outcome = post(settings, pool, &host, &config, &delivery.event).await;
             lock(hosts).leave(&host, &outcome, Instant::now());
             (outcome, Some(host))
         }
@@ -565,7 +577,13 @@ fn backoff(attempts: u32) -> Duration {
 
 /// POSTs the event (an encoded `StreamResponse`) to the config's webhook
 /// as ProtoJSON, within the timeout.
-async fn post(settings: &Settings, config: &TaskPushNotificationConfig, event: &[u8]) -> Outcome {
+async fn post(
+    settings: &Settings,
+    pool: &Pool,
+    host: &Arc<str>,
+    config: &TaskPushNotificationConfig,
+    event: &[u8],
+) -> Outcome {
     use prost::Message as _;
     let body = match StreamResponse::decode(event)
         .map_err(|e| e.to_string())
@@ -574,44 +592,117 @@ async fn post(settings: &Settings, config: &TaskPushNotificationConfig, event: &
         Ok(body) => body,
         Err(e) => return Outcome::Final(format!("the stored event does not encode: {e}")),
     };
-    match tokio::time::timeout(settings.timeout, send(settings, config, body)).await {
+    match tokio::time::timeout(settings.timeout, send(settings, pool, host, config, body)).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome::Unreachable(format!("no answer within {:?}", settings.timeout)),
     }
 }
 
-async fn send(settings: &Settings, config: &TaskPushNotificationConfig, body: String) -> Outcome {
-    let retry = Outcome::Unreachable;
+async fn send(
+    settings: &Settings,
+    pool: &Pool,
+    host: &Arc<str>,
+    config: &TaskPushNotificationConfig,
+    body: String,
+) -> Outcome {
     let target = match super::egress::parse(&config.url) {
         Ok(target) => target,
         Err(e) => return Outcome::Final(e.to_string()),
     };
+    let body = bytes::Bytes::from(body);
+    let build = || request(&target, config, body.clone());
+    // A kept-alive connection first: its address passed the policy when it
+    // was made. If the webhook closed it meanwhile, a new one is made.
+    if let Some(sender) = pool.take(host) {
+        let request = match build() {
+            Ok(request) => request,
+            Err(e) => return Outcome::Final(e),
+        };
+        if let Ok((answer, sender)) = exchange(sender, request).await {
+            pool.keep(host, sender);
+            return classify(&answer);
+        }
+    }
     // Resolved now, connecting only to what the policy permits (DNS
     // rebinding gets nowhere).
     let addrs = match settings.egress.resolve(&target).await {
         Ok(addrs) => addrs,
         Err(e @ super::egress::UrlError::Refused { .. }) => return Outcome::Final(e.to_string()),
-        Err(e) => return retry(e.to_string()),
+        Err(e) => return Outcome::Unreachable(e.to_string()),
     };
     let tcp = match connect(&addrs).await {
         Ok(tcp) => tcp,
-        Err(e) => return retry(format!("connect: {e}")),
+        Err(e) => return Outcome::Unreachable(format!("connect: {e}")),
     };
-    let request = match request(&target, config, body) {
+    let request = match build() {
         Ok(request) => request,
         Err(e) => return Outcome::Final(e),
     };
-    let response = if target.https {
+    let sender = if target.https {
         match tls(&target, tcp).await {
-            Ok(stream) => exchange(stream, request).await,
-            Err(e) => return retry(format!("TLS: {e}")),
+            Ok(stream) => handshake(stream).await,
+            Err(e) => return Outcome::Unreachable(format!("TLS: {e}")),
         }
     } else {
-        exchange(tcp, request).await
+        handshake(tcp).await
     };
-    match response {
-        Ok(response) => classify(&response),
-        Err(e) => retry(e),
+    let answer = match sender {
+        Ok(sender) => exchange(sender, request).await,
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok((answer, sender)) => {
+            pool.keep(host, sender);
+            classify(&answer)
+        }
+        Err(e) => Outcome::Unreachable(e),
+    }
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
+/// A kept connection, and since when it is idle.
+type Idle = (Instant, Sender);
+
+/// Idle HTTP/1.1 connections kept alive per webhook host, at most
+/// [`MAX_IN_FLIGHT_PER_HOST`] each, for [`IDLE_CONNECTION`].
+#[derive(Default)]
+struct Pool {
+    idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
+}
+
+impl Pool {
+    fn take(&self, host: &Arc<str>) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let senders = idle.get_mut(host)?;
+        let fresh = Instant::now() - IDLE_CONNECTION;
+        let found = std::iter::from_fn(|| senders.pop())
+            .find(|(since, sender)| *since > fresh && !sender.is_closed())
+            .map(|(_, sender)| sender);
+        if senders.is_empty() {
+            idle.remove(host);
+        }
+        found
+    }
+
+    fn keep(&self, host: &Arc<str>, sender: Option<Sender>) {
+        let Some(sender) = sender.filter(|s| !s.is_closed()) else {
+            return;
+        };
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() >= MAX_POOLED_HOSTS && !idle.contains_key(host) {
+            let fresh = Instant::now() - IDLE_CONNECTION;
+            idle.retain(|_, senders| {
+                senders.retain(|(since, _)| *since > fresh);
+                !senders.is_empty()
+            });
+            if idle.len() >= MAX_POOLED_HOSTS {
+                return;
+            }
+        }
+        let senders = idle.entry(host.clone()).or_default();
+        if senders.len() < MAX_IN_FLIGHT_PER_HOST {
+            senders.push((Instant::now(), sender));
+        }
     }
 }
 
@@ -633,18 +724,24 @@ async fn tls(
     target: &Target,
     tcp: tokio::net::TcpStream,
 ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    // Built once: the web PKI's roots do not change while serving.
+    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
+        std::sync::OnceLock::new();
+    let config = CONFIG
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
+            .map_err(|e| e.to_string())
+        })
+        .clone()?;
     let name =
         rustls_pki_types::ServerName::try_from(target.host.clone()).map_err(|e| e.to_string())?;
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
         .map_err(|e| e.to_string())
@@ -655,7 +752,7 @@ async fn tls(
 fn request(
     target: &Target,
     config: &TaskPushNotificationConfig,
-    body: String,
+    body: bytes::Bytes,
 ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, String> {
     let uri: http::Uri = config.url.parse().map_err(|e| format!("{e}"))?;
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -682,36 +779,49 @@ fn request(
     // The header values came from the client: one it could not send is
     // refused here without saying what it held.
     request
-        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .body(http_body_util::Full::new(body))
         .map_err(|_| "the config's credentials or token are not valid header values".to_owned())
 }
 
-/// Sends the request over one HTTP/1.1 connection; the status and the
-/// `Retry-After` header of the answer.
-async fn exchange<IO>(
-    io: IO,
-    request: http::Request<http_body_util::Full<bytes::Bytes>>,
-) -> Result<(http::StatusCode, Option<Duration>), String>
+/// An HTTP/1.1 connection over `io`; its driver runs until the connection
+/// closes or its sender is dropped.
+async fn handshake<IO>(io: IO) -> Result<Sender, String>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, connection) =
+    let (sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
             .await
             .map_err(|e| e.to_string())?;
-    let driver = tokio::spawn(connection);
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// Sends the request; the status and the `Retry-After` header of the
+/// answer, and the connection, once the answer's body is read (at most
+/// [`MAX_ANSWER_BYTES`], else it is not kept).
+async fn exchange(
+    mut sender: Sender,
+    request: http::Request<http_body_util::Full<bytes::Bytes>>,
+) -> Result<((http::StatusCode, Option<Duration>), Option<Sender>), String> {
+    use http_body_util::BodyExt;
+    sender.ready().await.map_err(|e| e.to_string())?;
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| e.to_string());
-    driver.abort();
-    let response = response?;
+        .map_err(|e| e.to_string())?;
     let retry_after = response
         .headers()
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(retry_after);
-    Ok((response.status(), retry_after))
+    let status = response.status();
+    // The answer is read to its end, so the connection can take the next
+    // request; a webhook that answers at length does not keep it.
+    let read = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+        .collect()
+        .await;
+    Ok(((status, retry_after), read.ok().map(|_| sender)))
 }
 
 /// `Retry-After`: seconds, or an HTTP date.
