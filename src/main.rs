@@ -95,7 +95,7 @@ impl ConnectionArgs {
 struct PushArgs {
     /// Do not offer push notifications: the config RPCs answer
     /// PUSH_NOTIFICATION_NOT_SUPPORTED and the cards say so.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["push_allow_cidr", "push_timeout", "push_max_attempts"])]
     no_push: bool,
     /// An address range webhooks may reach although it is refused by
     /// default (loopback, private, link-local, ...), e.g. `10.1.0.0/16`
@@ -103,7 +103,7 @@ struct PushArgs {
     #[arg(long = "push-allow-cidr", value_name = "CIDR")]
     push_allow_cidr: Vec<ipnet::IpNet>,
     /// Time one webhook POST may take, connection included.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     push_timeout: Duration,
     /// Attempts at one notification before it is given up (and logged).
     #[arg(
@@ -282,7 +282,7 @@ enum PushCommand {
         #[arg(long)]
         id: Option<String>,
         /// The token each notification carries (X-A2A-Notification-Token).
-        #[arg(long)]
+        #[arg(long, env = "A2A_NOTIFICATION_TOKEN", hide_env_values = true)]
         notification_token: Option<String>,
         /// The scheme of the webhook's Authorization header, e.g. `Bearer`.
         #[arg(long, requires = "credentials")]
@@ -332,7 +332,7 @@ enum PushCommand {
         #[arg(long, default_value = "127.0.0.1")]
         host: std::net::IpAddr,
         /// Refuse (401) notifications without this X-A2A-Notification-Token.
-        #[arg(long)]
+        #[arg(long, env = "A2A_NOTIFICATION_TOKEN", hide_env_values = true)]
         notification_token: Option<String>,
     },
 }
@@ -758,7 +758,8 @@ async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Er
         } => {
             let listener = TcpListener::bind((host, port)).await?;
             let addr = listener.local_addr()?;
-            tracing::info!(url = %format!("http://{addr}/"), "receiving push notifications");
+            // On stderr whatever RUST_LOG says: where to point webhooks.
+            eprintln!("receiving push notifications at http://{addr}/");
             let stop = tokio_util::sync::CancellationToken::new();
             let stopping = stop.clone();
             tokio::spawn(async move {
@@ -824,6 +825,14 @@ fn parse_metadata(text: &str) -> Result<prost_types::Struct, String> {
     request
         .metadata
         .ok_or_else(|| "metadata must be a JSON object".to_owned())
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be longer than zero".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn parse_retain(text: &str) -> Result<Retain, String> {

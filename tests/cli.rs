@@ -139,6 +139,8 @@ async fn serve_discovery_flags_shape_the_cards() {
     assert_eq!(card["name"], "conformance", "{card}");
     assert_eq!(card["supportedInterfaces"][0]["url"], "a2a.example.com:443");
     assert_eq!(card["capabilities"]["extendedAgentCard"], true, "{card}");
+    // Push notifications are on by default.
+    assert_eq!(card["capabilities"]["pushNotifications"], true, "{card}");
 
     let mut grpc = a2a_lifecycle::proto::a2a_service_client::A2aServiceClient::connect(server)
         .await
@@ -258,7 +260,7 @@ fn push_commands_and_a_listening_receiver() {
     let log = lines_of(Box::new(listen.stderr.take().unwrap()));
     let printed = lines_of(Box::new(listen.stdout.take().unwrap()));
     let url = support::wait_for_line(&log, "receiving push notifications")
-        .split("url=")
+        .split(" at ")
         .nth(1)
         .expect("the receiver's URL")
         .trim()
@@ -391,4 +393,40 @@ fn push_commands_and_a_listening_receiver() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
+}
+
+/// `--no-push`: the cards say so, and a webhook is refused with
+/// PUSH_NOTIFICATION_NOT_SUPPORTED (spec §3.3.4).
+#[tokio::test]
+async fn no_push_turns_push_notifications_off() {
+    let (mut child, server) = spawn_serve(&["--store", "memory", "--no-push"]);
+    let addr = server.trim_start_matches("http://").parse().unwrap();
+    let response = support::http_get(addr, "/.well-known/agent-card.json", &[]).await;
+    let card: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(card["capabilities"]["pushNotifications"], false, "{card}");
+    let mut grpc = support::within(
+        "connect",
+        a2a_lifecycle::proto::a2a_service_client::A2aServiceClient::connect(server),
+    )
+    .await
+    .unwrap();
+    let refused = support::within(
+        "create a config",
+        grpc.create_task_push_notification_config(
+            a2a_lifecycle::proto::TaskPushNotificationConfig {
+                task_id: "any".into(),
+                url: "https://8.8.8.8/hook".into(),
+                ..Default::default()
+            },
+        ),
+    )
+    .await
+    .unwrap_err();
+    support::assert_a2a_error(
+        &refused,
+        tonic::Code::FailedPrecondition,
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

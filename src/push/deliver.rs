@@ -4,13 +4,15 @@
 //!
 //! - The store's outbox is read once, in commit order, from where the last
 //!   read ended ([`TaskStore::outbox`]); the [`Dispatcher`] keeps what it
-//!   read as one queue per (tenant, task, config), at most
-//!   [`MAX_LOADED`] entries. Only a queue's head is ever in flight, so a
-//!   config sees its events in commit order (the terminal one last), and
-//!   the queues run side by side, so one slow or dead webhook never delays
-//!   another's: at most [`MAX_IN_FLIGHT`] POSTs at once, of which at most
-//!   [`MAX_IN_FLIGHT_PER_HOST`] to one webhook host however many tasks
-//!   name it; a queue waiting for its host, or for a retry, holds no slot.
+//!   read as one queue per (tenant, task, config), at most [`MAX_LOADED`]
+//!   entries and [`MAX_LOADED_BYTES`]. Only a queue's head is ever in
+//!   flight, so a config sees its events in commit order (the terminal one
+//!   last), and the queues run side by side, so one slow or dead webhook
+//!   does not delay another's: at most [`MAX_IN_FLIGHT`] POSTs at once, of
+//!   which at most [`MAX_IN_FLIGHT_PER_HOST`] to one webhook host however
+//!   many tasks name it; a queue waiting for its host, or for a retry,
+//!   holds no slot. (A backlog past [`MAX_LOADED`] for dead webhooks does
+//!   hold up newer notifications until it is given up.)
 //! - A 2xx answer finishes an entry. Connection errors, timeouts
 //!   ([`Settings::timeout`]) and 408, 429 or 5xx answers are retried with
 //!   exponential backoff and jitter ([`FIRST_RETRY`] doubling to
@@ -21,8 +23,9 @@
 //!   counted as failed meanwhile.
 //! - The config is read from the task at each attempt: a deleted config (or
 //!   a purged task) gets nothing more.
-//! - Connections go only to addresses [`Egress`] permits, resolved at each
-//!   attempt. Credentials and tokens are never logged.
+//! - Connections go only to addresses [`Egress`] permits, resolved for
+//!   each new connection; connections are kept alive per host
+//!   ([`IDLE_CONNECTION`]). Credentials and tokens are never logged.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -47,8 +50,11 @@ pub const MAX_RETRY: Duration = Duration::from_secs(300);
 /// Outbox entries read per store call.
 pub const READ_BATCH: usize = 1024;
 /// Outbox entries held in memory at once (the queues' backlog); past this,
-/// reading waits until deliveries finish some.
+/// or past [`MAX_LOADED_BYTES`] of events, reading waits until deliveries
+/// finish some.
 pub const MAX_LOADED: usize = 65_536;
+/// Event bytes held in memory at once.
+pub const MAX_LOADED_BYTES: usize = 64 * 1024 * 1024;
 /// POSTs in flight at once, over all webhooks.
 pub const MAX_IN_FLIGHT: usize = 512;
 /// POSTs in flight at once to one webhook host (`scheme://host:port`): a
@@ -62,8 +68,9 @@ pub const IDLE_CONNECTION: Duration = Duration::from_secs(30);
 const MAX_POOLED_HOSTS: usize = 1024;
 /// The longest answer body read (and dropped) to keep a connection.
 pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
-/// How often the outbox is read without a signal (entries another process
-/// wrote), and the wait after a store error.
+/// How often the outbox is read without a signal (a safety net: commits
+/// raise one), parked queues are looked at and idle connections closed;
+/// also the wait after a store error.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// The media type of a notification's body (spec §4.3).
 pub const CONTENT_TYPE: &str = "application/a2a+json";
@@ -190,6 +197,10 @@ impl Hosts {
         }
         let (failures, until) = self.down.entry(host.clone()).or_insert((0, now));
         if *until <= now {
+            // Failures long ago do not make a new one count double.
+            if now.duration_since(*until) > MAX_RETRY {
+                *failures = 0;
+            }
             *failures += 1;
             *until = now + backoff(*failures);
         }
@@ -227,6 +238,8 @@ struct Ended {
 struct Schedule {
     read_up_to: u64,
     loaded: usize,
+    /// The events' bytes held in `queues`.
+    loaded_bytes: usize,
     queues: HashMap<QueueKey, VecDeque<Delivery>>,
     /// Queues whose head is due, oldest first.
     ready: VecDeque<QueueKey>,
@@ -238,9 +251,15 @@ struct Schedule {
 }
 
 impl Schedule {
+    /// Whether there is room to read more of the outbox.
+    fn can_read(&self) -> bool {
+        self.loaded < MAX_LOADED && self.loaded_bytes < MAX_LOADED_BYTES
+    }
+
     fn add(&mut self, delivery: Delivery, now_ms: i64) {
         self.read_up_to = self.read_up_to.max(delivery.seq);
         self.loaded += 1;
+        self.loaded_bytes += delivery.event.len();
         let key = queue_of(&delivery);
         let not_before = delivery.not_before_ms;
         let queue = self.queues.entry(key.clone()).or_default();
@@ -298,8 +317,10 @@ impl Schedule {
                 let Some(queue) = self.queues.get_mut(&key) else {
                     return;
                 };
-                queue.pop_front();
-                self.loaded -= 1;
+                if let Some(done) = queue.pop_front() {
+                    self.loaded -= 1;
+                    self.loaded_bytes -= done.event.len();
+                }
                 match queue.front() {
                     Some(next) => {
                         let not_before = next.not_before_ms;
@@ -381,16 +402,20 @@ impl Dispatcher {
     /// Runs until `shutdown`: reads what was committed to the outbox since
     /// the last read (on a signal, each [`POLL_EVERY`], or at once while
     /// reads come back full), starts an attempt at every due queue head
-    /// while slots are free, and hears attempts end. Attempts in flight at
-    /// shutdown are dropped; their entries stay in the outbox for the next
-    /// start.
+    /// while slots are free, and hears attempts end. At shutdown it stops
+    /// starting attempts; those in flight end with the runtime, and what
+    /// they did not finish stays in the outbox for the next start.
     pub async fn run(self, shutdown: CancellationToken) {
         let attempts = tokio_util::task::TaskTracker::new();
         let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<Ended>();
         let mut schedule = Schedule::default();
         let mut read = true;
+        // A steady tick, not a sleep restarted each turn: under load the
+        // loop never idles for a whole POLL_EVERY.
+        let mut tick = tokio::time::interval(POLL_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            if read && schedule.loaded < MAX_LOADED {
+            if read && schedule.can_read() {
                 read = false;
                 let limit = READ_BATCH.min(MAX_LOADED - schedule.loaded);
                 match self.store.outbox(schedule.read_up_to, limit).await {
@@ -414,17 +439,27 @@ impl Dispatcher {
                     ended_tx.clone(),
                 );
                 attempts.spawn(async move {
+                    use futures_util::FutureExt as _;
                     let key = queue_of(&delivery);
-                    let (done, freed) = attempt(&*store, &settings, &hosts, &pool, delivery).await;
+                    let attempt = attempt(&*store, &settings, &hosts, &pool, delivery);
+                    // A panic must not leave the queue in flight for good
+                    // (the host's slot is given back by its guard).
+                    let (done, freed) = std::panic::AssertUnwindSafe(attempt)
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|_| {
+                            tracing::error!("push delivery attempt panicked; retrying");
+                            (Done::StoreFailed, None)
+                        });
                     let _ = ended.send(Ended { key, done, freed });
                 });
             }
             // Read on at once while reads come back full and there is room;
-            // at MAX_LOADED, only when deliveries have finished some.
-            if read && schedule.loaded < MAX_LOADED {
+            // at the limit, only when deliveries have finished some.
+            if read && schedule.can_read() {
                 continue;
             }
-            let wait = next_timer.map_or(POLL_EVERY, |d| d.min(POLL_EVERY));
+            let wait = next_timer.unwrap_or(POLL_EVERY);
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = self.signal.notified() => read = true,
@@ -434,10 +469,16 @@ impl Dispatcher {
                     while let Ok(ended) = ended_rx.try_recv() {
                         schedule.ended(ended, &self.hosts, now);
                     }
+                    // Queues parked for a host whose slot came free without
+                    // an attempt there ending (a config deleted, a store
+                    // error) go now.
+                    schedule.unpark_all(&self.hosts);
                 }
-                () = tokio::time::sleep(wait) => {
+                () = tokio::time::sleep(wait) => {}
+                _ = tick.tick() => {
                     read = true;
                     schedule.unpark_all(&self.hosts);
+                    self.pool.sweep();
                 }
             }
         }
@@ -488,8 +529,13 @@ async fn attempt(
             None,
         ),
         Gate::Go => {
+            let slot = Slot {
+                hosts,
+                host: host.clone(),
+                left: false,
+            };
             let outcome = post(settings, pool, &host, &config, &delivery.event).await;
-            lock(hosts).leave(&host, &outcome, Instant::now());
+            slot.leave(&outcome);
             (outcome, Some(host))
         }
     };
@@ -499,14 +545,38 @@ async fn attempt(
     )
 }
 
-async fn finish(store: &dyn TaskStore, delivery: &Delivery) -> Done {
-    match store.finish_delivery(delivery.seq).await {
-        Ok(()) => Done::Finished,
-        Err(e) => {
-            tracing::warn!(error = %e, seq = delivery.seq, "push outbox not updated");
-            Done::StoreFailed
+/// A host slot taken by an attempt: given back with the outcome, or, if
+/// the attempt unwinds, as if the host had answered.
+struct Slot<'a> {
+    hosts: &'a Mutex<Hosts>,
+    host: Arc<str>,
+    left: bool,
+}
+
+impl Slot<'_> {
+    fn leave(mut self, outcome: &Outcome) {
+        self.left = true;
+        lock(self.hosts).leave(&self.host, outcome, Instant::now());
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.left {
+            let unwound = Outcome::Final(String::new());
+            lock(self.hosts).leave(&self.host, &unwound, Instant::now());
         }
     }
+}
+
+/// Removes a finished entry. If the store fails, the entry is finished in
+/// memory all the same (not POSTed again by this process) and stays in the
+/// store, so a restart sends it again: at least once, never lost.
+async fn finish(store: &dyn TaskStore, delivery: &Delivery) -> Done {
+    if let Err(e) = store.finish_delivery(delivery.seq).await {
+        tracing::warn!(error = %e, seq = delivery.seq, "push outbox entry not removed; a restart sends it again");
+    }
+    Done::Finished
 }
 
 /// What [`MAX_IN_FLIGHT_PER_HOST`] counts by: `scheme://host:port`.
@@ -550,19 +620,20 @@ async fn record(
     }
     let wait = after.unwrap_or_else(|| backoff(attempts)).min(MAX_RETRY);
     tracing::debug!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, ?wait, "push notification to be retried");
-    let not_before_ms = now_ms() + wait.as_millis() as i64;
-    match store
+    // Rounded up: a wait under a millisecond is still a wait.
+    let not_before_ms = now_ms() + wait.as_micros().div_ceil(1000) as i64;
+    // The schedule keeps the attempt count and the wait even when the
+    // store does not take them (a restart then counts from the last ones
+    // stored).
+    if let Err(e) = store
         .defer_delivery(delivery.seq, attempts, not_before_ms)
         .await
     {
-        Ok(()) => Done::Deferred {
-            attempts,
-            not_before_ms,
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, seq = delivery.seq, "push outbox not updated");
-            Done::StoreFailed
-        }
+        tracing::warn!(error = %e, seq = delivery.seq, "push outbox retry not recorded");
+    }
+    Done::Deferred {
+        attempts,
+        not_before_ms,
     }
 }
 
@@ -674,9 +745,8 @@ impl Pool {
     fn take(&self, host: &Arc<str>) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let senders = idle.get_mut(host)?;
-        let fresh = Instant::now() - IDLE_CONNECTION;
         let found = std::iter::from_fn(|| senders.pop())
-            .find(|(since, sender)| *since > fresh && !sender.is_closed())
+            .find(|(since, sender)| since.elapsed() < IDLE_CONNECTION && !sender.is_closed())
             .map(|(_, sender)| sender);
         if senders.is_empty() {
             idle.remove(host);
@@ -690,11 +760,7 @@ impl Pool {
         };
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() >= MAX_POOLED_HOSTS && !idle.contains_key(host) {
-            let fresh = Instant::now() - IDLE_CONNECTION;
-            idle.retain(|_, senders| {
-                senders.retain(|(since, _)| *since > fresh);
-                !senders.is_empty()
-            });
+            sweep(&mut idle);
             if idle.len() >= MAX_POOLED_HOSTS {
                 return;
             }
@@ -704,6 +770,18 @@ impl Pool {
             senders.push((Instant::now(), sender));
         }
     }
+
+    /// Closes the connections idle longer than [`IDLE_CONNECTION`].
+    fn sweep(&self) {
+        sweep(&mut self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+fn sweep(idle: &mut HashMap<Arc<str>, Vec<Idle>>) {
+    idle.retain(|_, senders| {
+        senders.retain(|(since, sender)| since.elapsed() < IDLE_CONNECTION && !sender.is_closed());
+        !senders.is_empty()
+    });
 }
 
 async fn connect(addrs: &[std::net::SocketAddr]) -> std::io::Result<tokio::net::TcpStream> {
@@ -965,8 +1043,39 @@ mod tests {
         schedule.unpark(&host, 1);
         assert_eq!(schedule.next().unwrap().seq, 1);
         // Parked after its host had room again: it goes at once.
-        schedule.ended(ended(&head, Done::Parked(host)), &hosts, 0);
+        schedule.ended(ended(&head, Done::Parked(host.clone())), &hosts, 0);
         assert_eq!(schedule.next().unwrap().seq, 1);
+        // Parked while full; the slot comes free without the schedule
+        // hearing of it (the attempt that had it went elsewhere): the
+        // look at every parked host lets it go.
+        assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Go);
+        assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Full);
+        schedule.ended(ended(&head, Done::Parked(host.clone())), &hosts, 0);
+        schedule.unpark_all(&hosts);
+        assert!(schedule.next().is_none(), "still full");
+        lock(&hosts).leave(&host, &Outcome::Delivered, Instant::now());
+        schedule.unpark_all(&hosts);
+        assert_eq!(schedule.next().unwrap().seq, 1);
+    }
+
+    #[test]
+    fn a_store_failure_retries_after_a_poll_interval_and_bytes_bound_reading() {
+        let hosts = Mutex::new(Hosts::default());
+        let mut schedule = Schedule::default();
+        let mut big = entry(1, "a");
+        big.event = vec![0; MAX_LOADED_BYTES];
+        schedule.add(big, 0);
+        assert!(!schedule.can_read(), "a full byte budget stops reading");
+        let head = schedule.next().unwrap();
+        schedule.ended(ended(&head, Done::StoreFailed), &hosts, 0);
+        assert!(schedule.next().is_none());
+        let poll = POLL_EVERY.as_millis() as i64;
+        assert_eq!(schedule.wake(poll - 1), Some(Duration::from_millis(1)));
+        assert_eq!(schedule.wake(poll), None);
+        let head = schedule.next().unwrap();
+        schedule.ended(ended(&head, Done::Finished), &hosts, poll);
+        assert!(schedule.can_read(), "room again");
+        assert_eq!((schedule.loaded, schedule.loaded_bytes), (0, 0));
     }
 
     #[test]

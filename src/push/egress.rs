@@ -24,6 +24,8 @@ use ipnet::IpNet;
 pub const MAX_URL_BYTES: usize = 2048;
 /// How long a host name may take to resolve.
 pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Host name lookups at once.
+pub const MAX_LOOKUPS: usize = 32;
 
 /// Why a webhook URL is refused; the text names what is wrong, for the
 /// client's INVALID_ARGUMENT on the `url` field.
@@ -177,7 +179,14 @@ async fn lookup(target: &Target) -> Result<Vec<SocketAddr>, UrlError> {
         host: target.host.clone(),
         reason,
     };
-    let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
+    // The system resolver blocks a thread of the runtime's blocking pool
+    // (which the SQLite store reads on too) per lookup, and a timed-out
+    // lookup keeps it: at most MAX_LOOKUPS at once.
+    static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
+    let lookup = async {
+        let _permit = LOOKUPS.acquire().await;
+        tokio::net::lookup_host((target.host.as_str(), target.port)).await
+    };
     let addrs: Vec<SocketAddr> = tokio::time::timeout(RESOLVE_TIMEOUT, lookup)
         .await
         .map_err(|_| unresolved(format!("no answer within {RESOLVE_TIMEOUT:?}")))?

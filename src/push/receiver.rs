@@ -112,7 +112,10 @@ impl<F: Fn(Notification)> Handler<F> {
             .await
         {
             Ok(body) => body.to_bytes(),
-            Err(_) => return answer(StatusCode::PAYLOAD_TOO_LARGE, "notification too large\n"),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return answer(StatusCode::PAYLOAD_TOO_LARGE, "notification too large\n");
+            }
+            Err(_) => return answer(StatusCode::BAD_REQUEST, "the body did not arrive whole\n"),
         };
         let event = match std::str::from_utf8(&body)
             .map_err(|e| e.to_string())

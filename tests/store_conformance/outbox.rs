@@ -109,4 +109,14 @@ pub async fn outbox_entries_commit_with_their_write(store: Store) {
         .unwrap();
     let last = store.outbox(left[2].seq, 100).await.unwrap();
     assert_eq!(seen(&last), [("a".into(), "hook".into(), "a3".into())]);
+    // A seq is never given twice, even once the highest is finished:
+    // delivery reads on from the last one it saw.
+    store.finish_delivery(last[0].seq).await.unwrap();
+    let b_next = record("b2", "c", TaskState::Submitted, at(5));
+    store
+        .create_encoded(T, &with_outbox(&b_next, &[("hook", "b2")]))
+        .await
+        .unwrap();
+    let after = store.outbox(last[0].seq, 100).await.unwrap();
+    assert_eq!(seen(&after), [("b2".into(), "hook".into(), "b2".into())]);
 }
