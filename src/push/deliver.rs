@@ -157,9 +157,12 @@ enum Gate {
 
 impl Hosts {
     fn is_full(&self, host: &str) -> bool {
-        self.per_host
-            .get(host)
-            .is_some_and(|&n| n >= MAX_IN_FLIGHT_PER_HOST)
+        self.in_use(host) >= MAX_IN_FLIGHT_PER_HOST
+    }
+
+    /// Slots of `host` taken.
+    fn in_use(&self, host: &str) -> usize {
+        self.per_host.get(host).copied().unwrap_or(0)
     }
 
     /// Takes one of `host`'s slots, if it is up and has one free.
@@ -371,19 +374,29 @@ impl Schedule {
         }
     }
 
-    /// Lets every queue go whose host has room (a safety net run each
-    /// [`POLL_EVERY`]).
+    /// Lets as many queues go as their hosts have slots free: for a slot
+    /// that came free without an attempt there ending (checked when an
+    /// attempt ends without having taken a slot, and each [`POLL_EVERY`]).
+    /// No more than that, or they would only be parked again.
     fn unpark_all(&mut self, hosts: &Mutex<Hosts>) {
-        let free: Vec<Arc<str>> = {
+        if self.parked.is_empty() {
+            return;
+        }
+        let free: Vec<(Arc<str>, usize)> = {
             let hosts = lock(hosts);
             self.parked
                 .keys()
-                .filter(|h| !hosts.is_full(h))
-                .cloned()
+                .map(|h| {
+                    (
+                        h.clone(),
+                        MAX_IN_FLIGHT_PER_HOST.saturating_sub(hosts.in_use(h)),
+                    )
+                })
+                .filter(|(_, n)| *n > 0)
                 .collect()
         };
-        for host in free {
-            self.unpark(&host, MAX_IN_FLIGHT_PER_HOST);
+        for (host, n) in free {
+            self.unpark(&host, n);
         }
     }
 }
@@ -465,14 +478,17 @@ impl Dispatcher {
                 () = self.signal.notified() => read = true,
                 Some(ended) = ended_rx.recv() => {
                     let now = now_ms();
-                    schedule.ended(ended, &self.hosts, now);
-                    while let Ok(ended) = ended_rx.try_recv() {
+                    // An attempt that took no slot (its config gone, the
+                    // store failing, its host down) lets no parked queue
+                    // go by itself; then every host with room does.
+                    let mut slotless = false;
+                    for ended in std::iter::once(ended).chain(std::iter::from_fn(|| ended_rx.try_recv().ok())) {
+                        slotless |= ended.freed.is_none() && !matches!(ended.done, Done::Parked(_));
                         schedule.ended(ended, &self.hosts, now);
                     }
-                    // Queues parked for a host whose slot came free without
-                    // an attempt there ending (a config deleted, a store
-                    // error) go now.
-                    schedule.unpark_all(&self.hosts);
+                    if slotless {
+                        schedule.unpark_all(&self.hosts);
+                    }
                 }
                 () = tokio::time::sleep(wait) => {}
                 _ = tick.tick() => {
