@@ -38,22 +38,8 @@ fn config(task_id: &str, id: &str) -> TaskPushNotificationConfig {
 
 /// A task of `caller`'s, waiting for input.
 async fn new_task(manager: &TaskManager, caller: &Caller) -> String {
-    let outcome = within(
-        "send",
-        manager.send_message(
-            TENANT,
-            caller,
-            MessageRequest::from(user_message("review my change")),
-            HistoryLength::All,
-            false,
-        ),
-    )
-    .await
-    .unwrap();
-    let SendOutcome::Task(handle) = outcome else {
-        panic!("a task")
-    };
-    let task = within("wait", manager.wait(*handle)).await.unwrap();
+    let request = MessageRequest::from(user_message("review my change"));
+    let task = support::run_to_rest(manager, TENANT, caller, request).await;
     assert_eq!(
         support::state_of(&task),
         TaskState::InputRequired,

@@ -11,14 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use a2a_lifecycle::agent::demo::demo_router;
-use a2a_lifecycle::lifecycle::HistoryLength;
 use a2a_lifecycle::proto::{
     AuthenticationInfo, StreamResponse, TaskPushNotificationConfig, TaskState,
     stream_response::Payload,
 };
 use a2a_lifecycle::push::deliver::{Dispatcher, Settings};
 use a2a_lifecycle::push::egress::Egress;
-use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, TaskManager};
 use a2a_lifecycle::store::{Caller, MemoryStore, TaskStore};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -201,20 +200,8 @@ async fn task_with_hook(manager: &TaskManager, port: u16, id: &str) -> String {
 /// config as given: the policy's check at creation is the service's, so
 /// only the check at connection time stands between it and the address.
 async fn task_with_hook_at(manager: &TaskManager, authority: &str, id: &str) -> String {
-    let outcome = manager
-        .send_message(
-            TENANT,
-            &Caller::ANONYMOUS,
-            MessageRequest::from(user_message("review my change")),
-            HistoryLength::All,
-            false,
-        )
-        .await
-        .unwrap();
-    let SendOutcome::Task(handle) = outcome else {
-        panic!("a task")
-    };
-    let task = within("task", manager.wait(*handle)).await.unwrap();
+    let request = MessageRequest::from(user_message("review my change"));
+    let task = support::run_to_rest(manager, TENANT, &Caller::ANONYMOUS, request).await;
     manager
         .set_push_config(
             TENANT,
@@ -240,20 +227,8 @@ async fn task_with_hook_at(manager: &TaskManager, authority: &str, id: &str) -> 
 async fn finish(manager: &TaskManager, task_id: &str) {
     let mut diff = user_message("diff --git a/x b/x");
     diff.task_id = task_id.into();
-    let outcome = manager
-        .send_message(
-            TENANT,
-            &Caller::ANONYMOUS,
-            MessageRequest::from(diff),
-            HistoryLength::All,
-            false,
-        )
-        .await
-        .unwrap();
-    let SendOutcome::Task(handle) = outcome else {
-        panic!("a task")
-    };
-    let done = within("review", manager.wait(*handle)).await.unwrap();
+    let request = MessageRequest::from(diff);
+    let done = support::run_to_rest(manager, TENANT, &Caller::ANONYMOUS, request).await;
     assert_eq!(support::state_of(&done), TaskState::Completed);
 }
 
@@ -406,6 +381,18 @@ async fn deleting_a_config_stops_its_deliveries() {
         "a deleted config was notified"
     );
     s.stop.cancel();
+}
+
+/// `request` with `config` as its push notification config.
+fn with_webhook(
+    mut request: a2a_lifecycle::proto::SendMessageRequest,
+    config: TaskPushNotificationConfig,
+) -> a2a_lifecycle::proto::SendMessageRequest {
+    request
+        .configuration
+        .get_or_insert_with(Default::default)
+        .task_push_notification_config = Some(config);
+    request
 }
 
 /// A server with push on, webhooks allowed on loopback, the demo agents.
@@ -581,15 +568,14 @@ async fn a_sends_config_sees_the_new_tasks_first_event() {
     let (port, mut received) = receiver(0).await;
     let server = PushServer::start().await;
     let mut client = server.client().await;
-    let mut request = support::request(TENANT, user_message("review my change"), false);
-    request
-        .configuration
-        .get_or_insert_with(Default::default)
-        .task_push_notification_config = Some(TaskPushNotificationConfig {
-        url: format!("http://127.0.0.1:{port}/hook"),
-        token: "with-the-send".into(),
-        ..Default::default()
-    });
+    let request = with_webhook(
+        support::request(TENANT, user_message("review my change"), false),
+        TaskPushNotificationConfig {
+            url: format!("http://127.0.0.1:{port}/hook"),
+            token: "with-the-send".into(),
+            ..Default::default()
+        },
+    );
     let task = support::send_task(&mut client, request).await;
     let first = within("first notification", received.recv()).await.unwrap();
     assert_eq!(describe(&first.event), "TASK_STATE_INPUT_REQUIRED");
@@ -719,19 +705,18 @@ async fn notifications_survive_sigkill_while_the_webhook_is_down() {
     let mut client = within("connect", A2aServiceClient::connect(url))
         .await
         .unwrap();
-    let mut request = support::request(TENANT, user_message("review my change"), false);
-    request
-        .configuration
-        .get_or_insert_with(Default::default)
-        .task_push_notification_config = Some(TaskPushNotificationConfig {
-        url: format!("http://127.0.0.1:{port}/hook"),
-        token: "durable-token".into(),
-        authentication: Some(AuthenticationInfo {
-            scheme: "Bearer".into(),
-            credentials: "secret-credential".into(),
-        }),
-        ..Default::default()
-    });
+    let request = with_webhook(
+        support::request(TENANT, user_message("review my change"), false),
+        TaskPushNotificationConfig {
+            url: format!("http://127.0.0.1:{port}/hook"),
+            token: "durable-token".into(),
+            authentication: Some(AuthenticationInfo {
+                scheme: "Bearer".into(),
+                credentials: "secret-credential".into(),
+            }),
+            ..Default::default()
+        },
+    );
     let task = support::send_task(&mut client, request).await;
     let mut diff = user_message("diff --git a/x b/x");
     diff.task_id = task.id.clone();
@@ -809,21 +794,7 @@ async fn a_dead_webhook_does_not_delay_another() {
             url: format!("http://{dead}/hook"),
             ..Default::default()
         });
-        let outcome = s
-            .manager
-            .send_message(
-                TENANT,
-                &Caller::ANONYMOUS,
-                request,
-                HistoryLength::All,
-                false,
-            )
-            .await
-            .unwrap();
-        let SendOutcome::Task(handle) = outcome else {
-            panic!("a task")
-        };
-        within("task", s.manager.wait(*handle)).await.unwrap();
+        support::run_to_rest(&s.manager, TENANT, &Caller::ANONYMOUS, request).await;
     }
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;

@@ -214,6 +214,26 @@ pub fn status_text(task: &Task) -> String {
         .unwrap_or_default()
 }
 
+/// Sends `request` to `tenant` through the runtime as `caller` (blocking,
+/// whole history) and returns the task it made or continued once that is
+/// at rest.
+pub async fn run_to_rest(
+    manager: &TaskManager,
+    tenant: &str,
+    caller: &a2a_lifecycle::store::Caller,
+    request: a2a_lifecycle::runtime::MessageRequest,
+) -> Task {
+    use a2a_lifecycle::lifecycle::HistoryLength;
+    use a2a_lifecycle::runtime::SendOutcome;
+    let sent = manager.send_message(tenant, caller, request, HistoryLength::All, false);
+    let SendOutcome::Task(handle) = within("send", sent).await.unwrap() else {
+        panic!("a task, not a direct reply")
+    };
+    within("the task at rest", manager.wait(*handle))
+        .await
+        .unwrap()
+}
+
 /// Awaits `f` for at most [`WAIT`]: a regression fails instead of hanging.
 pub async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(WAIT, f)
