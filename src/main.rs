@@ -130,9 +130,10 @@ enum Command {
     Serve {
         #[arg(long, default_value = "127.0.0.1:50051")]
         listen: SocketAddr,
-        /// Task store: `sqlite:PATH` (durable; the folder is created) or
-        /// `memory` (lost on exit).
-        #[arg(long, default_value = "sqlite:./a2a-data/tasks.db")]
+        /// Task store: `sqlite:PATH` (durable; the folder is created),
+        /// `postgres://USER@HOST:PORT/DB` (durable, on a PostgreSQL server)
+        /// or `memory` (lost on exit).
+        #[arg(long, env = "A2A_STORE", default_value = "sqlite:./a2a-data/tasks.db")]
         store: String,
         /// Enforce seed 001's stricter transition table (see README).
         #[arg(long)]
@@ -808,7 +809,16 @@ async fn open_store(spec: &str) -> Result<Arc<dyn TaskStore>, AnyError> {
         tracing::info!(path, "task store: sqlite");
         return Ok(Arc::new(store));
     }
-    Err(format!("unknown --store {spec:?}; supported: memory, sqlite:PATH").into())
+    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        let store = a2a_lifecycle::store::PostgresStore::open(spec).await?;
+        store.claim_exclusive().await?;
+        tracing::info!("task store: postgres");
+        return Ok(Arc::new(store));
+    }
+    Err(format!(
+        "unknown --store {spec:?}; supported: memory, sqlite:PATH, postgres://USER@HOST:PORT/DB"
+    )
+    .into())
 }
 
 /// `--retain`: a duration, or `off`.

@@ -16,6 +16,7 @@
 pub mod codec;
 pub mod cursor;
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use prost_types::Timestamp;
 
 pub use cursor::Cursor;
 pub use memory::MemoryStore;
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 use crate::lifecycle::{HistoryLength, TaskRecord};
