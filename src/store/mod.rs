@@ -130,6 +130,45 @@ pub struct TaskPage {
     pub total_size: usize,
 }
 
+impl TaskPage {
+    /// A page from the SQL backends' rows: up to `page_size + 1` encoded
+    /// records in list order (the extra one says another page follows),
+    /// shown as `query` asks, and the count of all matches.
+    pub(crate) fn from_rows<R: AsRef<[u8]>>(
+        rows: &[R],
+        page_size: usize,
+        query: &ListQuery,
+        total_size: usize,
+    ) -> Result<Self, StoreError> {
+        let records = rows
+            .iter()
+            .take(page_size)
+            .map(|r| codec::decode(r.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = match (rows.len() > page_size, records.last()) {
+            (true, Some(last)) => Some(Cursor {
+                status: status_key(&last.task),
+                task_id: last.task.id.clone(),
+            }),
+            _ => None,
+        };
+        Ok(TaskPage {
+            tasks: records
+                .iter()
+                .map(|r| {
+                    crate::lifecycle::history::task_view(
+                        &r.task,
+                        query.history,
+                        query.include_artifacts,
+                    )
+                })
+                .collect(),
+            next,
+            total_size,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("task {0:?} already exists")]

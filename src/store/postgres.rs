@@ -25,11 +25,10 @@ use tokio_postgres::types::ToSql;
 
 use super::sqlite::state_list;
 use super::{
-    Cursor, Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec,
-    origin_key, status_key, time_key,
+    Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec,
+    origin_key, time_key,
 };
 use crate::lifecycle::StateClass;
-use crate::lifecycle::history::task_view;
 
 /// Connections in the pool.
 pub const POOL_SIZE: usize = 16;
@@ -473,27 +472,8 @@ impl TaskStore for PostgresStore {
             .await
             .map_err(unavailable)?;
         tx.commit().await.map_err(unavailable)?;
-        let more = rows.len() > page_size;
-        let mut records = rows
-            .into_iter()
-            .take(page_size)
-            .map(|r| codec::decode(r.get::<_, &[u8]>(0)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let next = match (more, records.last()) {
-            (true, Some(last)) => Some(Cursor {
-                status: status_key(&last.task),
-                task_id: last.task.id.clone(),
-            }),
-            _ => None,
-        };
-        Ok(TaskPage {
-            tasks: records
-                .iter_mut()
-                .map(|r| task_view(&r.task, query.history, query.include_artifacts))
-                .collect(),
-            next,
-            total_size: total as usize,
-        })
+        let rows: Vec<&[u8]> = rows.iter().map(|r| r.get(0)).collect();
+        TaskPage::from_rows(&rows, page_size, query, total as usize)
     }
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {

@@ -32,10 +32,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use rusqlite_migration::{M, Migrations};
 
 use super::{
-    Cursor, Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec,
-    origin_key, status_key, time_key,
+    Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec,
+    origin_key, time_key,
 };
-use crate::lifecycle::history::task_view;
 use crate::lifecycle::{StateClass, classify};
 use crate::proto::TaskState;
 
@@ -690,27 +689,7 @@ impl TaskStore for SqliteStore {
             })
             .await?;
 
-        let more = rows.len() > page_size;
-        let mut records = rows
-            .into_iter()
-            .take(page_size)
-            .map(|r| codec::decode(&r))
-            .collect::<Result<Vec<_>, _>>()?;
-        let next = match (more, records.last()) {
-            (true, Some(last)) => Some(Cursor {
-                status: status_key(&last.task),
-                task_id: last.task.id.clone(),
-            }),
-            _ => None,
-        };
-        Ok(TaskPage {
-            tasks: records
-                .iter_mut()
-                .map(|r| task_view(&r.task, query.history, query.include_artifacts))
-                .collect(),
-            next,
-            total_size: total as usize,
-        })
+        TaskPage::from_rows(&rows, page_size, query, total as usize)
     }
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
@@ -761,6 +740,7 @@ impl TaskStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Cursor;
 
     /// A write a constraint refuses inside a batch fails alone: the other
     /// writes of its batch commit.
