@@ -244,6 +244,24 @@ fn describe(event: &str) -> String {
     }
 }
 
+/// The next `n` notifications the receiver took, each awaited with a
+/// timeout.
+async fn next_notifications(
+    received: &mut mpsc::UnboundedReceiver<Received>,
+    n: usize,
+) -> Vec<Received> {
+    let mut got = Vec::with_capacity(n);
+    for _ in 0..n {
+        got.push(within("a notification", received.recv()).await.unwrap());
+    }
+    got
+}
+
+/// What each notification reports (see [`describe`]).
+fn described(notifications: &[Received]) -> Vec<String> {
+    notifications.iter().map(|r| describe(&r.event)).collect()
+}
+
 const EXPECTED: [&str; 3] = [
     "TASK_STATE_WORKING",
     "artifact review",
@@ -256,17 +274,15 @@ async fn every_event_reaches_the_webhook_in_order_with_its_headers() {
     let s = setup(loopback());
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
-    let mut seen = Vec::new();
-    for _ in EXPECTED {
-        let r = within("a notification", received.recv()).await.unwrap();
+    let got = next_notifications(&mut received, EXPECTED.len()).await;
+    for r in &got {
         assert_eq!(r.authorization.as_deref(), Some("Bearer secret-credential"));
         assert_eq!(r.token.as_deref(), Some("opaque-token"));
         assert_eq!(r.content_type.as_deref(), Some("application/a2a+json"));
         // One connection, kept alive from one POST to the next.
         assert_eq!(r.connection, 0);
-        seen.push(describe(&r.event));
     }
-    assert_eq!(seen, EXPECTED);
+    assert_eq!(described(&got), EXPECTED);
     // Done: the outbox empties.
     drained(&s.store).await;
     s.stop.cancel();
@@ -280,13 +296,11 @@ async fn a_webhook_that_closes_connections_gets_every_event() {
     let s = setup(loopback());
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
-    let mut seen = Vec::new();
-    for (n, _) in EXPECTED.iter().enumerate() {
-        let r = within("a notification", received.recv()).await.unwrap();
+    let got = next_notifications(&mut received, EXPECTED.len()).await;
+    for (n, r) in got.iter().enumerate() {
         assert_eq!(r.connection, n, "a new connection each time");
-        seen.push(describe(&r.event));
     }
-    assert_eq!(seen, EXPECTED);
+    assert_eq!(described(&got), EXPECTED);
     drained(&s.store).await;
     s.stop.cancel();
 }
@@ -297,12 +311,8 @@ async fn a_webhook_that_fails_twice_still_gets_every_event_in_order() {
     let s = setup(loopback());
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
-    let mut seen = Vec::new();
-    for _ in EXPECTED {
-        let r = within("a notification", received.recv()).await.unwrap();
-        seen.push(describe(&r.event));
-    }
-    assert_eq!(seen, EXPECTED, "retried, in order");
+    let got = next_notifications(&mut received, EXPECTED.len()).await;
+    assert_eq!(described(&got), EXPECTED, "retried, in order");
     s.stop.cancel();
 }
 
@@ -537,13 +547,12 @@ async fn the_config_rpcs_over_grpc() {
     let mut diff = user_message("diff --git a/x b/x");
     diff.task_id = task.id.clone();
     support::send_task(&mut client, support::request(TENANT, diff, false)).await;
-    let mut seen = Vec::new();
-    for _ in EXPECTED {
-        let r = within("a notification", received.recv()).await.unwrap();
-        assert_eq!(r.token.as_deref(), Some("opaque-token"));
-        seen.push(describe(&r.event));
-    }
-    assert_eq!(seen, EXPECTED);
+    let got = next_notifications(&mut received, EXPECTED.len()).await;
+    assert!(
+        got.iter()
+            .all(|r| r.token.as_deref() == Some("opaque-token"))
+    );
+    assert_eq!(described(&got), EXPECTED);
 
     for _ in 0..2 {
         client
@@ -740,15 +749,12 @@ async fn notifications_survive_sigkill_while_the_webhook_is_down() {
 
     let (port, mut received) = receiver_on(port).await;
     let (mut second, _, second_log) = support::spawn_serve_logging(LOG, &args);
-    let mut seen = Vec::new();
-    for _ in 0..=EXPECTED.len() {
-        let r = within("a notification after the restart", received.recv())
-            .await
-            .unwrap();
+    let got = next_notifications(&mut received, EXPECTED.len() + 1).await;
+    for r in &got {
         assert_eq!(r.token.as_deref(), Some("durable-token"));
         assert_eq!(r.authorization.as_deref(), Some("Bearer secret-credential"));
-        seen.push(describe(&r.event));
     }
+    let seen = described(&got);
     assert_eq!(seen[0], "TASK_STATE_INPUT_REQUIRED");
     assert_eq!(seen[1..], EXPECTED, "in commit order (port {port})");
     second.kill().unwrap();
