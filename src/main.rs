@@ -135,6 +135,12 @@ enum Command {
         /// or `memory` (lost on exit).
         #[arg(long, env = "A2A_STORE", default_value = "sqlite:./a2a-data/tasks.db")]
         store: String,
+        /// With a PostgreSQL store, shared by replicas: how long this
+        /// replica's lease lasts (renewed every third of it). A replica that
+        /// dies has its active tasks failed by another once its lease has
+        /// run out.
+        #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+        lease: Duration,
         /// Enforce seed 001's stricter transition table (see README).
         #[arg(long)]
         strict_transitions: bool,
@@ -446,6 +452,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         Command::Serve {
             listen,
             store,
+            lease,
             strict_transitions,
             task_timeout,
             retain,
@@ -504,7 +511,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             let extended_card = extended_card
                 .map(|path| DiscoveryConfig::read_extended_card(&path))
                 .transpose()?;
-            let store = open_store(&store)
+            let store = open_store(&store, lease)
                 .await
                 .map_err(|e| e as Box<dyn std::error::Error>)?;
             let listener = TcpListener::bind(listen).await?;
@@ -796,7 +803,7 @@ fn print_line<M: prost::Message + prost::Name>(message: &M) -> Result<(), json::
     Ok(())
 }
 
-async fn open_store(spec: &str) -> Result<Arc<dyn TaskStore>, AnyError> {
+async fn open_store(spec: &str, lease: Duration) -> Result<Arc<dyn TaskStore>, AnyError> {
     if spec == "memory" {
         return Ok(Arc::new(MemoryStore::new()));
     }
@@ -810,9 +817,8 @@ async fn open_store(spec: &str) -> Result<Arc<dyn TaskStore>, AnyError> {
         return Ok(Arc::new(store));
     }
     if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-        let store = a2a_lifecycle::store::PostgresStore::open(spec).await?;
-        store.claim_exclusive().await?;
-        tracing::info!("task store: postgres");
+        let store = a2a_lifecycle::store::PostgresStore::open_with_lease(spec, lease).await?;
+        tracing::info!(replica = %store.replica_id(), lease = %humantime::format_duration(lease), "task store: postgres");
         return Ok(Arc::new(store));
     }
     Err(format!(

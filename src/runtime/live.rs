@@ -618,6 +618,7 @@ impl LiveTask {
         *seen = 0;
         let mut write = EncodedTask::new(&loaded.record);
         write.outbox = outbox_entries(&loaded.record.push_configs, &loaded.pending);
+        write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
         NextWrite::Write {
             write,
             version: loaded.version,

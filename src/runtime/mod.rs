@@ -90,7 +90,9 @@ use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Task, TaskState};
-use crate::store::{Caller, ListQuery, StoreError, TaskPage, TaskStore, origin_key};
+use crate::store::{
+    Caller, ListQuery, OriginClaim as StoreClaim, StoreError, TaskPage, TaskStore, origin_key,
+};
 use live::{Author, LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
 
 /// How many events a subscriber may fall behind before it is resynchronised
@@ -183,10 +185,31 @@ pub(crate) enum OriginOutcome {
 pub(crate) struct OriginClaim {
     shared: Arc<Shared>,
     key: Option<(String, Vec<u8>)>,
+    /// The claim made in the store ([`TaskStore::claim_origin`]), released
+    /// there unless the message created a task.
+    stored: Option<StoredClaim>,
 }
+
+/// A new message's claim in the store.
+struct StoredClaim {
+    tenant: String,
+    owner: String,
+    message_id: String,
+}
+
+/// First wait before asking again for a message another replica answers.
+pub const ORIGIN_RETRY_FIRST: Duration = Duration::from_millis(10);
+/// Longest wait between those asks.
+pub const ORIGIN_RETRY_MAX: Duration = Duration::from_millis(250);
+/// How long a repeat waits for another replica's answer to the same
+/// message before it is told UNAVAILABLE.
+pub const MAX_ORIGIN_WAIT: Duration = Duration::from_secs(30);
 
 impl OriginClaim {
     pub(crate) fn resolve(mut self, outcome: OriginOutcome) {
+        if matches!(outcome, OriginOutcome::Task(_)) {
+            self.stored = None;
+        }
         for waiter in self.release() {
             let _ = waiter.send(outcome.clone());
         }
@@ -209,6 +232,20 @@ impl Drop for OriginClaim {
     fn drop(&mut self) {
         // Waiters see their sender dropped and start over.
         drop(self.release());
+        // No task came of the message: another replica may run it.
+        if let Some(claim) = self.stored.take() {
+            let store = self.shared.store.clone();
+            tokio::spawn(async move {
+                let StoredClaim {
+                    tenant,
+                    owner,
+                    message_id,
+                } = claim;
+                if let Err(e) = store.release_origin(&tenant, &owner, &message_id).await {
+                    tracing::warn!(error = %e, "could not release a message's claim");
+                }
+            });
+        }
     }
 }
 
@@ -484,20 +521,18 @@ impl TaskManager {
                     Err(_) => continue,
                 },
             };
-            let existing = self
-                .shared
-                .store
-                .find_by_origin(tenant, &caller.name, &message_id)
-                .await
-                .map_err(store_error)?;
-            if let Some(stored) = existing {
-                let id = stored.record.task.id.clone();
-                claim.resolve(OriginOutcome::Task(id.clone()));
-                return self
-                    .live(tenant, &id)
-                    .duplicate_handle(&self.shared, history, subscribe)
-                    .await;
-            }
+            let claim = match self
+                .claim_in_store(tenant, caller, &message_id, claim)
+                .await?
+            {
+                Ok(claim) => claim,
+                Err(id) => {
+                    return self
+                        .live(tenant, &id)
+                        .duplicate_handle(&self.shared, history, subscribe)
+                        .await;
+                }
+            };
             return run::start_new(
                 &self.shared,
                 tenant,
@@ -508,6 +543,54 @@ impl TaskManager {
                 claim,
             )
             .await;
+        }
+    }
+
+    /// Claims a new message in the store, after this process's own claim:
+    /// `Ok` with the claim when this request runs it, `Err` with the task
+    /// it already created. While another replica answers it (a store
+    /// shared by replicas) this waits, and gives up after
+    /// [`MAX_ORIGIN_WAIT`].
+    async fn claim_in_store(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        message_id: &str,
+        mut claim: OriginClaim,
+    ) -> Result<Result<OriginClaim, String>, A2aError> {
+        let store = &self.shared.store;
+        let started = tokio::time::Instant::now();
+        let mut delay = ORIGIN_RETRY_FIRST;
+        loop {
+            match store
+                .claim_origin(tenant, &caller.name, message_id)
+                .await
+                .map_err(store_error)?
+            {
+                StoreClaim::First => {
+                    claim.stored = Some(StoredClaim {
+                        tenant: tenant.to_owned(),
+                        owner: caller.name.clone(),
+                        message_id: message_id.to_owned(),
+                    });
+                    return Ok(Ok(claim));
+                }
+                StoreClaim::Task(stored) => {
+                    let id = stored.record.task.id.clone();
+                    claim.resolve(OriginOutcome::Task(id.clone()));
+                    return Ok(Err(id));
+                }
+                StoreClaim::Elsewhere if started.elapsed() >= MAX_ORIGIN_WAIT => {
+                    return Err(A2aError::Unavailable(format!(
+                        "message {message_id:?} is being answered by another replica; \
+                         send it again to get its task"
+                    )));
+                }
+                StoreClaim::Elsewhere => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(ORIGIN_RETRY_MAX);
+                }
+            }
         }
     }
 
@@ -778,13 +861,16 @@ impl TaskManager {
     /// [`RESTART_FAILURE`]. Interrupted tasks stay as they are: they wait on
     /// the client, and a message resumes them. Returns how many failed.
     ///
-    /// Run it before serving, and only when this process is the store's
-    /// only writer (a shared database needs run leases instead).
+    /// Run it before serving. With a store shared by replicas
+    /// ([`TaskStore::lease`]) only the tasks of replicas whose lease has
+    /// expired are orphaned, and [`TaskManager::run_maintenance`] looks
+    /// for them again while serving; a live replica's tasks are never
+    /// touched.
     pub async fn fail_orphaned_tasks(&self) -> Result<usize, A2aError> {
         let active = self
             .shared
             .store
-            .active_tasks()
+            .orphaned_tasks()
             .await
             .map_err(store_error)?;
         let mut failed = 0;
@@ -854,17 +940,47 @@ impl TaskManager {
     }
 
     /// Background upkeep until shutdown: the retention sweep every
-    /// `RuntimeConfig::sweep_every`.
+    /// `RuntimeConfig::sweep_every`, run by one process of those sharing
+    /// the store ([`TaskStore::take_turn`]); with replicas, the tasks of
+    /// replicas whose lease ran out are failed, looked for every half
+    /// lease by one of them.
     pub async fn run_maintenance(self) {
         let shutdown = self.shared.shutdown.clone();
-        let mut ticks = tokio::time::interval(self.shared.config.sweep_every);
+        let sweep = self.shared.config.sweep_every;
+        let lease = self.shared.store.lease();
+        let tick = lease.map_or(sweep, |l| sweep.min(l / 2));
+        let mut ticks = tokio::time::interval(tick);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
                 _ = shutdown.cancelled() => return,
             }
-            if let Err(e) = self.purge_expired().await {
-                tracing::warn!(error = %e, "retention sweep failed");
+            let store = &self.shared.store;
+            // Slightly less than the interval, so that one replica's tick
+            // a little early does not skip a turn.
+            let due = |every: Duration| every.mul_f64(0.9);
+            match store.take_turn("retention", due(sweep)).await {
+                Ok(true) => {
+                    if let Err(e) = self.purge_expired().await {
+                        tracing::warn!(error = %e, "retention sweep failed");
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
+            }
+            let Some(lease) = lease else { continue };
+            match store.take_turn("orphans", due(lease / 2)).await {
+                Ok(true) => match self.fail_orphaned_tasks().await {
+                    Ok(0) => tracing::debug!("looked for orphaned tasks: none"),
+                    Ok(failed) => tracing::warn!(
+                        failed,
+                        "failed the active tasks of replicas whose lease ran out"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "looking for orphaned tasks failed"),
+                },
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "looking for orphaned tasks failed"),
             }
         }
     }
@@ -885,6 +1001,7 @@ impl Shared {
         Claim::First(OriginClaim {
             shared: self.clone(),
             key: Some(key),
+            stored: None,
         })
     }
 

@@ -81,6 +81,7 @@ pub(super) fn spawn(
     ctx: RequestContext,
     mode: SinkMode,
 ) {
+    tracing::debug!(task_id = %ctx.task_id, message_id = %ctx.message.message_id, "agent run started");
     let sink = RunSink {
         inner: Arc::new(SinkInner {
             shared: shared.clone(),

@@ -210,6 +210,24 @@ pub struct EncodedTask {
     /// Push notifications this write makes due, stored by the same write
     /// (a transactional outbox): committed together or not at all.
     pub outbox: Vec<OutboxEntry>,
+    /// The write carries an agent's events: a store shared by replicas
+    /// records the writing replica as the one running the task (what
+    /// recovery by lease looks at). A creating write always does.
+    pub by_run: bool,
+}
+
+/// What claiming a new message's idempotency key found (spec §3.3.1;
+/// [`TaskStore::claim_origin`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum OriginClaim {
+    /// Nobody has answered the message or is answering it: the caller runs
+    /// it, and releases the claim ([`TaskStore::release_origin`]) if the
+    /// run creates no task.
+    First,
+    /// The message already created this task.
+    Task(Box<StoredTask>),
+    /// Another replica is answering the message now: ask again shortly.
+    Elsewhere,
 }
 
 /// A push notification to send, written with the task change it reports.
@@ -247,6 +265,7 @@ impl EncodedTask {
             owner: record.owner.clone(),
             origin: origin_of(record),
             outbox: Vec::new(),
+            by_run: false,
         }
     }
 
@@ -279,6 +298,35 @@ pub trait TaskStore: Send + Sync + 'static {
         owner: &str,
         message_id: &str,
     ) -> Result<Option<StoredTask>, StoreError>;
+
+    /// Claims the idempotency key of a new message `owner` sent in
+    /// `tenant` before its run starts, so that one replica of several
+    /// sharing a store runs it. A store with one process (memory, SQLite)
+    /// only looks the task up: its runtime deduplicates in memory.
+    async fn claim_origin(
+        &self,
+        tenant: &str,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<OriginClaim, StoreError> {
+        Ok(
+            match self.find_by_origin(tenant, owner, message_id).await? {
+                Some(task) => OriginClaim::Task(Box::new(task)),
+                None => OriginClaim::First,
+            },
+        )
+    }
+
+    /// Releases a claim ([`OriginClaim::First`]) whose run created no task
+    /// (a direct reply, a failure): the message may be sent again.
+    async fn release_origin(
+        &self,
+        _tenant: &str,
+        _owner: &str,
+        _message_id: &str,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// The task and its version, or `None`.
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError>;
@@ -325,6 +373,26 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Every task in an active state (SUBMITTED, WORKING), in all tenants,
     /// with its tenant: what recovery after a restart looks at.
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError>;
+
+    /// The active tasks nothing runs any more, in all tenants: for a store
+    /// of one process, every active task (run it at start-up); for one
+    /// shared by replicas, those whose runner's lease has expired.
+    async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
+        self.active_tasks().await
+    }
+
+    /// `Some(lease)` when replicas share the store, each renewing a lease
+    /// this long: orphaned tasks are then looked for while serving, not
+    /// only at start-up.
+    fn lease(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Whether this process should run the periodic job `job` now, at most
+    /// once per `every` across every process sharing the store.
+    async fn take_turn(&self, _job: &str, _every: std::time::Duration) -> Result<bool, StoreError> {
+        Ok(true)
+    }
 
     /// Deletes terminal tasks whose status timestamp is before `before`;
     /// returns how many were deleted (retention).

@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod jwt;
+pub mod postgres;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

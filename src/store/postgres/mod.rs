@@ -11,11 +11,18 @@
 //!   its key with it.
 //! - Versions are optimistic, as in SQLite: an update names the version it
 //!   read.
+//! - Task writes are committed in batches by [`writer`]'s writer tasks
+//!   (group commit), reads go straight to the pool.
 //! - Schema migrations are embedded and applied at start under an
 //!   advisory lock, so replicas starting together do not race.
 //! - Driver: tokio-postgres with a deadpool pool. (sqlx's PostgreSQL driver
 //!   cannot share a build with rusqlite: its optional SQLite driver's
 //!   `links = "sqlite3"` conflicts with rusqlite's in Cargo's resolution.)
+
+mod writer;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -25,10 +32,11 @@ use tokio_postgres::types::ToSql;
 
 use super::sqlite::state_list;
 use super::{
-    Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec,
-    origin_key, time_key,
+    Delivery, EncodedTask, ListQuery, OriginClaim, StoreError, StoredTask, TaskPage, TaskStore,
+    codec, origin_key, time_key,
 };
 use crate::lifecycle::StateClass;
+use writer::{Kind, Writers};
 
 /// Connections in the pool.
 pub const POOL_SIZE: usize = 16;
@@ -38,17 +46,37 @@ const MIGRATION_LOCK: i64 = 0x0a2a_11fe_c7c1_e001;
 
 /// The schema, in order; each applied once, recorded in
 /// `a2a_schema_migrations`.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/postgres/0001_tasks.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../../migrations/postgres/0001_tasks.sql"),
+    include_str!("../../../migrations/postgres/0002_replicas.sql"),
+];
 
-/// The advisory lock a server holds on its database while several
-/// replicas on one database are not yet supported.
-const SERVER_LOCK: i64 = 0x0a2a_11fe_c7c1_e002;
+/// How long a replica's lease lasts unless renewed (`serve --lease`): a
+/// replica that has not renewed it for this long is taken for dead, and
+/// its active tasks are failed by a live one.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// Leases are renewed this many times per lease.
+const RENEWALS_PER_LEASE: u32 = 3;
 
 /// Tasks in a PostgreSQL database.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
-    url: String,
+    writers: Writers,
+    /// This replica's id (random, per process).
+    replica: Vec<u8>,
+    lease: Duration,
+    /// Ends the lease's renewal when the last clone is dropped.
+    _renewal: Arc<AbortOnDrop>,
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -67,9 +95,19 @@ fn stored(record: Vec<u8>, version: i64) -> Result<StoredTask, StoreError> {
 }
 
 impl PostgresStore {
-    /// Connects to `url` (`postgres://USER@HOST:PORT/DB`) and brings the
-    /// schema up to date.
+    /// Connects to `url` (`postgres://USER@HOST:PORT/DB`), brings the
+    /// schema up to date and joins as a replica with the default lease.
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with_lease(url, DEFAULT_LEASE).await
+    }
+
+    /// [`PostgresStore::open`] with a lease of `lease`: this replica renews
+    /// it every third of that, and is taken for dead by the others once it
+    /// has not for `lease`.
+    pub async fn open_with_lease(url: &str, lease: Duration) -> Result<Self, StoreError> {
+        if lease.is_zero() {
+            return Err(StoreError::Internal("the lease must be above zero".into()));
+        }
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Internal(format!("bad PostgreSQL URL: {e}")))?;
@@ -84,119 +122,27 @@ impl PostgresStore {
             .max_size(POOL_SIZE)
             .build()
             .map_err(|e| StoreError::Internal(e.to_string()))?;
-        let store = PostgresStore {
+        migrate(&pool).await?;
+        let replica = uuid::Uuid::new_v4().as_bytes().to_vec();
+        renew(&pool, &replica, lease).await?;
+        let renewal = tokio::spawn(keep_lease(pool.clone(), replica.clone(), lease));
+        Ok(PostgresStore {
+            writers: Writers::start(pool.clone(), replica.clone()),
             pool,
-            url: url.to_owned(),
-        };
-        store.migrate().await?;
-        Ok(store)
+            replica,
+            lease,
+            _renewal: Arc::new(AbortOnDrop(renewal)),
+        })
     }
 
-    /// Claims the database for this process alone, until it exits: a
-    /// session-level advisory lock on a connection of its own. Until
-    /// replicas share a database (leases, cross-replica events), a second
-    /// server would fail the first one's running tasks as if it had
-    /// restarted; it is refused instead, as SQLite's lock file refuses it.
-    pub async fn claim_exclusive(&self) -> Result<(), StoreError> {
-        let (client, connection) = tokio_postgres::connect(&self.url, NoTls)
-            .await
-            .map_err(unavailable)?;
-        let driver = tokio::spawn(connection);
-        let claimed: bool = match client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&SERVER_LOCK])
-            .await
-        {
-            Ok(row) => row.get(0),
-            Err(e) => {
-                driver.abort();
-                return Err(unavailable(e));
-            }
-        };
-        if !claimed {
-            driver.abort();
-            return Err(StoreError::Unavailable(
-                "the PostgreSQL database is in use by another server; one server per \
-                 database until replicas are supported"
-                    .into(),
-            ));
-        }
-        // The lock lives as long as this session: its client is kept, and
-        // its connection driven, for the rest of the process.
-        tokio::spawn(async move {
-            let _client = client;
-            if let Ok(Err(e)) = driver.await {
-                tracing::error!(error = %e, "the PostgreSQL connection holding the server's claim broke");
-            }
-        });
-        Ok(())
+    /// This replica's id, as the `replicas` table and the tasks' `runner`
+    /// hold it.
+    pub fn replica_id(&self) -> uuid::Uuid {
+        uuid::Uuid::from_slice(&self.replica).unwrap_or_default()
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         self.pool.get().await.map_err(unavailable)
-    }
-
-    /// Applies the migrations not yet applied, under an advisory lock held
-    /// by this session for the duration.
-    async fn migrate(&self) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        client
-            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-            .await
-            .map_err(unavailable)?;
-        let result = async {
-            client
-                .batch_execute(
-                    "CREATE TABLE IF NOT EXISTS a2a_schema_migrations \
-                     (version INTEGER PRIMARY KEY)",
-                )
-                .await?;
-            let row = client
-                .query_one(
-                    "SELECT COALESCE(MAX(version), 0) FROM a2a_schema_migrations",
-                    &[],
-                )
-                .await?;
-            let applied: i32 = row.get(0);
-            for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
-                let tx = client.transaction().await?;
-                tx.batch_execute(sql).await?;
-                tx.execute(
-                    "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
-                    &[&(i as i32 + 1)],
-                )
-                .await?;
-                tx.commit().await?;
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        }
-        .await;
-        let unlocked = client
-            .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-            .await;
-        result.map_err(|e| StoreError::Internal(format!("migrating the schema: {e}")))?;
-        unlocked.map_err(unavailable)?;
-        Ok(())
-    }
-
-    async fn add_to_outbox(
-        tx: &tokio_postgres::Transaction<'_>,
-        tenant: &str,
-        task: &EncodedTask,
-    ) -> Result<(), tokio_postgres::Error> {
-        for entry in &task.outbox {
-            tx.execute(
-                "INSERT INTO push_outbox (tenant, task_id, config_id, event) \
-                 VALUES ($1, $2, $3, $4)",
-                &[
-                    &tenant.as_bytes(),
-                    &task.id.as_bytes(),
-                    &entry.config_id.as_bytes(),
-                    &entry.event,
-                ],
-            )
-            .await?;
-        }
-        Ok(())
     }
 
     async fn one(
@@ -207,6 +153,76 @@ impl PostgresStore {
         let client = self.client().await?;
         let row = client.query_opt(sql, params).await.map_err(unavailable)?;
         row.map(|r| stored(r.get(0), r.get(1))).transpose()
+    }
+}
+
+/// Applies the migrations not yet applied, under an advisory lock held
+/// by this session for the duration.
+async fn migrate(pool: &Pool) -> Result<(), StoreError> {
+    let mut client = pool.get().await.map_err(unavailable)?;
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(unavailable)?;
+    let result = async {
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS a2a_schema_migrations \
+                 (version INTEGER PRIMARY KEY)",
+            )
+            .await?;
+        let row = client
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM a2a_schema_migrations",
+                &[],
+            )
+            .await?;
+        let applied: i32 = row.get(0);
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+            let tx = client.transaction().await?;
+            tx.batch_execute(sql).await?;
+            tx.execute(
+                "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
+                &[&(i as i32 + 1)],
+            )
+            .await?;
+            tx.commit().await?;
+        }
+        Ok::<_, tokio_postgres::Error>(())
+    }
+    .await;
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    result.map_err(|e| StoreError::Internal(format!("migrating the schema: {e}")))?;
+    unlocked.map_err(unavailable)?;
+    Ok(())
+}
+
+/// Sets this replica's lease to end `lease` from the database's clock
+/// (replicas' clocks are never compared), registering it if new.
+async fn renew(pool: &Pool, replica: &[u8], lease: Duration) -> Result<(), StoreError> {
+    let client = pool.get().await.map_err(unavailable)?;
+    client
+        .execute(
+            "INSERT INTO replicas (id, lease_until) VALUES ($1, now() + make_interval(secs => $2)) \
+             ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until",
+            &[&replica, &lease.as_secs_f64()],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+/// Renews the lease for as long as the store lives.
+async fn keep_lease(pool: Pool, replica: Vec<u8>, lease: Duration) {
+    let mut ticks = tokio::time::interval(lease / RENEWALS_PER_LEASE);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Err(e) = renew(&pool, &replica, lease).await {
+            tracing::warn!(error = %e, "could not renew this replica's lease");
+        }
     }
 }
 
@@ -270,63 +286,7 @@ fn push_filters(sql: &mut Sql, tenant: &str, query: &ListQuery) {
 #[async_trait]
 impl TaskStore for PostgresStore {
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(unavailable)?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
-                 status_nanos, owner, origin, version, record) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9) ON CONFLICT DO NOTHING",
-                &[
-                    &tenant.as_bytes(),
-                    &task.id.as_bytes(),
-                    &task.context_id.as_bytes(),
-                    &(task.state as i32),
-                    &task.status.0,
-                    &task.status.1,
-                    &task.owner.as_bytes(),
-                    &task.origin,
-                    &task.bytes.as_ref(),
-                ],
-            )
-            .await
-            .map_err(unavailable)?;
-        if inserted == 0 {
-            // Which key was taken: the id, or the creating message's.
-            let same_id = tx
-                .query_opt(
-                    "SELECT 1 FROM tasks WHERE tenant = $1 AND id = $2",
-                    &[&tenant.as_bytes(), &task.id.as_bytes()],
-                )
-                .await
-                .map_err(unavailable)?;
-            if same_id.is_some() {
-                return Err(StoreError::AlreadyExists(task.id.clone()));
-            }
-            let by_origin = tx
-                .query_opt(
-                    "SELECT id FROM tasks WHERE tenant = $1 AND origin = $2 \
-                     AND origin <> ''::bytea",
-                    &[&tenant.as_bytes(), &task.origin],
-                )
-                .await
-                .map_err(unavailable)?;
-            return match by_origin {
-                Some(row) => Err(StoreError::DuplicateMessage {
-                    task_id: text(row.get(0))?,
-                }),
-                // Gone again between the insert and the look: a retry
-                // settles it.
-                None => Err(StoreError::Unavailable(
-                    "a conflicting task came and went; try again".into(),
-                )),
-            };
-        }
-        Self::add_to_outbox(&tx, tenant, task)
-            .await
-            .map_err(unavailable)?;
-        tx.commit().await.map_err(unavailable)?;
-        Ok(1)
+        self.writers.write(tenant, Kind::Create(task.clone())).await
     }
 
     async fn find_by_origin(
@@ -342,6 +302,61 @@ impl TaskStore for PostgresStore {
             &[&tenant.as_bytes(), &key],
         )
         .await
+    }
+
+    async fn claim_origin(
+        &self,
+        tenant: &str,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<OriginClaim, StoreError> {
+        let key = origin_key(owner, message_id);
+        if self.writers.write(tenant, Kind::Claim(key.clone())).await? == 1 {
+            return Ok(OriginClaim::First);
+        }
+        // Taken: by the task the message created, by a replica answering
+        // it now, or by one that died before it did (its claim is taken
+        // over; so is this replica's own, which nothing here answers: the
+        // runtime claims in memory first).
+        if let Some(task) = self.find_by_origin(tenant, owner, message_id).await? {
+            return Ok(OriginClaim::Task(Box::new(task)));
+        }
+        let client = self.client().await?;
+        let taken_over = client
+            .execute(
+                "UPDATE origin_claims SET replica = $3 WHERE tenant = $1 AND origin = $2 \
+                 AND (replica = $3 OR replica NOT IN \
+                 (SELECT id FROM replicas WHERE lease_until > now())) \
+                 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2)",
+                &[&tenant.as_bytes(), &key, &self.replica],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(match taken_over {
+            1 => OriginClaim::First,
+            // Still answered elsewhere, or its task was just created, or
+            // the claim just released: asked again, each settles.
+            _ => OriginClaim::Elsewhere,
+        })
+    }
+
+    async fn release_origin(
+        &self,
+        tenant: &str,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        let key = origin_key(owner, message_id);
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM origin_claims WHERE tenant = $1 AND origin = $2 AND replica = $3 \
+                 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2)",
+                &[&tenant.as_bytes(), &key, &self.replica],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
@@ -385,49 +400,9 @@ impl TaskStore for PostgresStore {
         task: &EncodedTask,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(unavailable)?;
-        let row = tx
-            .query_opt(
-                "UPDATE tasks SET context_id = $3, state = $4, status_seconds = $5, \
-                 status_nanos = $6, version = version + 1, record = $7 \
-                 WHERE tenant = $1 AND id = $2 AND version = $8 RETURNING version",
-                &[
-                    &tenant.as_bytes(),
-                    &task.id.as_bytes(),
-                    &task.context_id.as_bytes(),
-                    &(task.state as i32),
-                    &task.status.0,
-                    &task.status.1,
-                    &task.bytes.as_ref(),
-                    &(expected_version as i64),
-                ],
-            )
+        self.writers
+            .write(tenant, Kind::Update(task.clone(), expected_version))
             .await
-            .map_err(unavailable)?;
-        let Some(row) = row else {
-            let actual = tx
-                .query_opt(
-                    "SELECT version FROM tasks WHERE tenant = $1 AND id = $2",
-                    &[&tenant.as_bytes(), &task.id.as_bytes()],
-                )
-                .await
-                .map_err(unavailable)?;
-            return Err(match actual {
-                None => StoreError::NotFound(task.id.clone()),
-                Some(r) => StoreError::Conflict {
-                    id: task.id.clone(),
-                    expected: expected_version,
-                    actual: r.get::<_, i64>(0) as u64,
-                },
-            });
-        };
-        let version: i64 = row.get(0);
-        Self::add_to_outbox(&tx, tenant, task)
-            .await
-            .map_err(unavailable)?;
-        tx.commit().await.map_err(unavailable)?;
-        Ok(version as u64)
     }
 
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
@@ -488,15 +463,67 @@ impl TaskStore for PostgresStore {
             .collect()
     }
 
+    async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
+        let sql = format!(
+            "SELECT tenant, record, version FROM tasks WHERE state IN ({}) AND runner <> $1 \
+             AND runner NOT IN (SELECT id FROM replicas WHERE lease_until > now())",
+            state_list(StateClass::Active)
+        );
+        let client = self.client().await?;
+        let rows = client
+            .query(&sql, &[&self.replica])
+            .await
+            .map_err(unavailable)?;
+        rows.into_iter()
+            .map(|r| Ok((text(r.get(0))?, stored(r.get(1), r.get(2))?)))
+            .collect()
+    }
+
+    fn lease(&self) -> Option<Duration> {
+        Some(self.lease)
+    }
+
+    async fn take_turn(&self, job: &str, every: Duration) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "INSERT INTO a2a_jobs (name, last_run) VALUES ($1, now()) \
+                 ON CONFLICT (name) DO UPDATE SET last_run = now() \
+                 WHERE a2a_jobs.last_run <= now() - make_interval(secs => $2) RETURNING 1",
+                &[&job, &every.as_secs_f64()],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(row.is_some())
+    }
+
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
         let (s, n) = time_key(before);
+        // A purged task's idempotency claim goes with it; so do the claims
+        // of replicas long dead whose runs created no task.
         let sql = format!(
-            "DELETE FROM tasks WHERE state IN ({}) \
-             AND (status_seconds, status_nanos) < ($1, $2)",
+            "WITH gone AS (DELETE FROM tasks WHERE state IN ({}) \
+             AND (status_seconds, status_nanos) < ($1, $2) RETURNING tenant, origin), \
+             claims AS (DELETE FROM origin_claims c USING gone \
+             WHERE c.tenant = gone.tenant AND c.origin = gone.origin AND gone.origin <> ''::bytea) \
+             SELECT COUNT(*) FROM gone",
             state_list(StateClass::Terminal)
         );
         let client = self.client().await?;
-        client.execute(&sql, &[&s, &n]).await.map_err(unavailable)
+        let row = client
+            .query_one(&sql, &[&s, &n])
+            .await
+            .map_err(unavailable)?;
+        client
+            .execute(
+                "DELETE FROM origin_claims c USING replicas r WHERE c.replica = r.id \
+                 AND r.lease_until < now() \
+                 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = c.tenant AND t.origin = c.origin)",
+                &[],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(row.get::<_, i64>(0) as u64)
     }
 
     async fn outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {

@@ -1,0 +1,186 @@
+//! Several replicas of the server, real processes, on one PostgreSQL
+//! schema (issue "scale out"): one task view, one run per message, and
+//! recovery by lease. Skipped, saying so, when PostgreSQL is not there and
+//! not required (see `support::postgres`).
+//!
+//! Nothing signals one process's state change to another test-visible
+//! channel yet, so the tests that wait for a replica to act on another's
+//! task poll GetTask, each poll bounded by [`support::WAIT`].
+
+mod support;
+
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+use a2a_lifecycle::proto::{ListTasksRequest, Task, TaskState};
+use a2a_lifecycle::runtime::RESTART_FAILURE;
+use support::{Client, state_of, status_text, within};
+
+/// A replica: its process, its client, its log lines.
+struct Replica {
+    process: std::process::Child,
+    grpc: Client,
+    log: Receiver<String>,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// Starts a replica on `store` with the bench agent, logging the
+/// runtime's debug lines.
+async fn replica(store: &str, lease: &str) -> Replica {
+    let (process, url, log) = support::spawn_serve_logging(
+        "info,a2a_lifecycle::runtime=debug",
+        &[
+            "--store",
+            store,
+            "--lease",
+            lease,
+            "--default-agent",
+            "bench",
+        ],
+    );
+    let grpc = within("connect", A2aServiceClient::connect(url))
+        .await
+        .unwrap();
+    Replica { process, grpc, log }
+}
+
+/// Polls GetTask on `grpc` until `done` holds for the task.
+async fn eventually(grpc: &mut Client, id: &str, what: &str, done: impl Fn(&Task) -> bool) -> Task {
+    within(what, async {
+        loop {
+            let task = support::get_task(grpc, "", id).await.unwrap();
+            if done(&task) {
+                return task;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_sees_every_committed_task() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let mut a = replica(&store, "10s").await;
+    let mut b = replica(&store, "10s").await;
+    let task = support::send_text(&mut a.grpc, "", "done at once").await;
+    assert_eq!(state_of(&task), TaskState::Completed);
+    let on_b = support::get_task(&mut b.grpc, "", &task.id).await.unwrap();
+    assert_eq!(on_b, task);
+    let listed = within("list on b", b.grpc.list_tasks(ListTasksRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.total_size, 1);
+    assert_eq!(listed.tasks[0].id, task.id);
+}
+
+/// The same message_id sent to two replicas at once: one task, one run
+/// (spec §3.3.1 across replicas).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_message_sent_to_two_replicas_at_once_makes_one_task_and_one_run() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let a = replica(&store, "10s").await;
+    let b = replica(&store, "10s").await;
+    const MESSAGES: usize = 20;
+    let mut ids = Vec::new();
+    for i in 0..MESSAGES {
+        let message = support::user_message(&format!("message {i}"));
+        ids.push(message.message_id.clone());
+        let (mut ga, mut gb) = (a.grpc.clone(), b.grpc.clone());
+        let (ra, rb) = (
+            support::request("", message.clone(), true),
+            support::request("", message, true),
+        );
+        let (ta, tb) = within(
+            "both sends",
+            futures_util::future::join(
+                support::send_task(&mut ga, ra),
+                support::send_task(&mut gb, rb),
+            ),
+        )
+        .await;
+        assert_eq!(ta.id, tb.id, "message {i}: one task");
+    }
+    // Each replica's log, up to a marker message's run: every run line
+    // written before it has been read.
+    let mut runs = 0;
+    for r in [&a, &b] {
+        let marker = support::user_message("marker");
+        let mut g = r.grpc.clone();
+        within(
+            "marker",
+            support::send_task(&mut g, support::request("", marker.clone(), true)),
+        )
+        .await;
+        loop {
+            let line = support::wait_for_line(&r.log, "agent run started");
+            if line.contains(&marker.message_id) {
+                break;
+            }
+            if ids.iter().any(|id| line.contains(id.as_str())) {
+                runs += 1;
+            }
+        }
+    }
+    assert_eq!(runs, MESSAGES, "one run per message across both replicas");
+}
+
+/// A replica SIGKILLed while running a task: a survivor fails the task
+/// with the restart message once the dead replica's lease has run out,
+/// and never fails a live replica's task before that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_task_is_failed_by_a_survivor_after_its_lease() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let mut a = replica(&store, "1s").await;
+    let mut b = replica(&store, "1s").await;
+    // WORKING for a minute on a.
+    let task = support::send_task(
+        &mut a.grpc,
+        support::request("", support::user_message("fanout:1:60000:0"), true),
+    )
+    .await;
+    eventually(&mut b.grpc, &task.id, "WORKING", |t| {
+        state_of(t) == TaskState::Working
+    })
+    .await;
+    // Several looks for orphans, by either replica, over several leases:
+    // a's task is left alone while a lives.
+    let mut looks = 0;
+    while looks < 4 {
+        for r in [&a, &b] {
+            if let Ok(line) = r.log.recv_timeout(Duration::from_millis(100))
+                && line.contains("looked for orphaned tasks")
+            {
+                looks += 1;
+            }
+        }
+    }
+    let alive = support::get_task(&mut b.grpc, "", &task.id).await.unwrap();
+    assert_eq!(
+        state_of(&alive),
+        TaskState::Working,
+        "a live replica's task"
+    );
+
+    a.process.kill().unwrap(); // SIGKILL
+    a.process.wait().unwrap();
+    let failed = eventually(&mut b.grpc, &task.id, "FAILED by b", |t| {
+        state_of(t) == TaskState::Failed
+    })
+    .await;
+    assert_eq!(status_text(&failed), RESTART_FAILURE);
+}
