@@ -234,6 +234,7 @@ pub async fn serve_manager_tls(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
     tokio::spawn(manager.clone().run_maintenance());
+    tokio::spawn(manager.clone().follow_changes());
     let token = manager.shutdown_token();
     let signal = async move {
         shutdown.await;

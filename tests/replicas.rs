@@ -13,7 +13,10 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
-use a2a_lifecycle::proto::{ListTasksRequest, Task, TaskState};
+use a2a_lifecycle::proto::{
+    CancelTaskRequest, ListTasksRequest, StreamResponse, SubscribeToTaskRequest, Task, TaskState,
+    stream_response,
+};
 use a2a_lifecycle::runtime::RESTART_FAILURE;
 use support::{Client, state_of, status_text, within};
 
@@ -183,4 +186,212 @@ async fn a_killed_replicas_task_is_failed_by_a_survivor_after_its_lease() {
     })
     .await;
     assert_eq!(status_text(&failed), RESTART_FAILURE);
+}
+
+/// Reads `stream` to its end: every event after the first (the snapshot).
+async fn events_after_snapshot(
+    mut stream: tonic::Streaming<StreamResponse>,
+) -> (Task, Vec<StreamResponse>) {
+    let first = within("snapshot", stream.message()).await.unwrap().unwrap();
+    let Some(stream_response::Payload::Task(snapshot)) = first.payload else {
+        panic!("expected a Task snapshot first, got {first:?}");
+    };
+    let mut events = Vec::new();
+    while let Some(event) = within("the stream's next event", stream.message())
+        .await
+        .unwrap()
+    {
+        events.push(event);
+    }
+    (snapshot, events)
+}
+
+fn subscribe_request(id: &str) -> SubscribeToTaskRequest {
+    SubscribeToTaskRequest {
+        tenant: String::new(),
+        id: id.to_owned(),
+    }
+}
+
+fn final_state(events: &[StreamResponse]) -> Option<TaskState> {
+    events.iter().rev().find_map(|e| match &e.payload {
+        Some(stream_response::Payload::StatusUpdate(u)) => {
+            TaskState::try_from(u.status.as_ref()?.state).ok()
+        }
+        _ => None,
+    })
+}
+
+/// Subscribers of one task on three replicas, the run on the first: every
+/// subscriber gets the same events in the same order, none lost or
+/// repeated (the bench agent numbers its updates), whichever replica it
+/// is on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subscribers_on_other_replicas_get_the_same_events_in_the_same_order() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let mut a = replica(&store, "10s").await;
+    let b = replica(&store, "10s").await;
+    let c = replica(&store, "10s").await;
+    // WORKING, 3 s for the subscribers to attach, then 100 updates 2 ms
+    // apart, then COMPLETED.
+    let task = support::send_task(
+        &mut a.grpc,
+        support::request("", support::user_message("fanout:100:3000:2000"), true),
+    )
+    .await;
+    let mut streams = Vec::new();
+    for r in [&a, &b, &c] {
+        let mut g = r.grpc.clone();
+        let stream = within(
+            "subscribe",
+            g.subscribe_to_task(subscribe_request(&task.id)),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+        streams.push(tokio::spawn(events_after_snapshot(stream)));
+    }
+    let mut seen = Vec::new();
+    for s in streams {
+        seen.push(within("a subscriber's stream", s).await.unwrap());
+    }
+    let (_, on_a) = &seen[0];
+    assert_eq!(final_state(on_a), Some(TaskState::Completed));
+    // 100 updates and COMPLETED, at least (the snapshot may have come
+    // after WORKING).
+    assert!(on_a.len() >= 101, "{} events on a", on_a.len());
+    for (name, (_, events)) in ["b", "c"].iter().zip(&seen[1..]) {
+        assert_eq!(events, on_a, "the events on {name} and on a");
+    }
+}
+
+/// CancelTask on one replica for a task whose run is on another: the run
+/// stops within a second and every replica's subscriber sees CANCELED,
+/// whether the run is writing (its next write meets the cancel) or
+/// waiting (only the change feed tells its replica).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_on_another_replica_stops_the_run_within_a_second() {
+    // An update every 10 ms for a long while; a minute's wait.
+    for text in ["fanout:100000:0:10000", "fanout:1:60000:0"] {
+        cancel_on_another_replica(text).await;
+    }
+}
+
+async fn cancel_on_another_replica(text: &str) {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let mut a = replica(&store, "10s").await;
+    let mut b = replica(&store, "10s").await;
+    let task = support::send_task(
+        &mut a.grpc,
+        support::request("", support::user_message(text), true),
+    )
+    .await;
+    support::wait_for_line(&a.log, "agent run started");
+    let mut streams = Vec::new();
+    for r in [&a, &b] {
+        let mut g = r.grpc.clone();
+        let stream = within(
+            "subscribe",
+            g.subscribe_to_task(subscribe_request(&task.id)),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+        streams.push(tokio::spawn(events_after_snapshot(stream)));
+    }
+    let canceled = within(
+        "cancel on b",
+        b.grpc.cancel_task(CancelTaskRequest {
+            tenant: String::new(),
+            id: task.id.clone(),
+            metadata: None,
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    assert_eq!(state_of(&canceled), TaskState::Canceled);
+    let at = std::time::Instant::now();
+    let ended = std::thread::spawn(move || {
+        support::wait_for_line(&a.log, "agent run ended");
+        a
+    });
+    let a = tokio::task::spawn_blocking(move || ended.join().unwrap());
+    let mut a = within("a's run to end", a).await.unwrap();
+    assert!(
+        at.elapsed() < Duration::from_secs(1),
+        "{text}: a's run ended {:?} after the cancel",
+        at.elapsed()
+    );
+    for (name, s) in ["a", "b"].iter().zip(streams) {
+        let (_, events) = within("a subscriber's stream", s).await.unwrap();
+        assert_eq!(
+            final_state(&events),
+            Some(TaskState::Canceled),
+            "{text}: on {name}"
+        );
+    }
+    let on_a = support::get_task(&mut a.grpc, "", &task.id).await.unwrap();
+    assert_eq!(state_of(&on_a), TaskState::Canceled);
+}
+
+/// A follow-up message on one replica for a task another replica ran to
+/// INPUT_REQUIRED: accepted once, and its run happens once, on one
+/// replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_up_on_another_replica_runs_once() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let mut a = replica(&store, "10s").await;
+    let mut b = replica(&store, "10s").await;
+    let mut first = support::user_message("deploy");
+    first.message_id = format!("tck-input-required-{}", uuid::Uuid::new_v4());
+    let task = support::send_task(&mut a.grpc, support::request("conformance", first, false)).await;
+    assert_eq!(state_of(&task), TaskState::InputRequired);
+    let mut follow_up = support::user_message("here it is");
+    follow_up.task_id = task.id.clone();
+    follow_up.context_id = task.context_id.clone();
+    let done = support::send_task(
+        &mut b.grpc,
+        support::request("conformance", follow_up.clone(), false),
+    )
+    .await;
+    assert_eq!(state_of(&done), TaskState::Completed);
+    let on_a = support::get_task(&mut a.grpc, "conformance", &task.id)
+        .await
+        .unwrap();
+    assert_eq!(on_a, done, "a sees what b committed");
+    let held = on_a
+        .history
+        .iter()
+        .filter(|m| m.message_id == follow_up.message_id)
+        .count();
+    assert_eq!(held, 1, "the follow-up is in history once");
+    // Runs of the follow-up, on either replica: each log up to a marker's
+    // run has been read.
+    let mut runs = 0;
+    for r in [&a, &b] {
+        let marker = support::user_message("marker");
+        let mut g = r.grpc.clone();
+        within(
+            "marker",
+            support::send_task(&mut g, support::request("", marker.clone(), true)),
+        )
+        .await;
+        loop {
+            let line = support::wait_for_line(&r.log, "agent run started");
+            if line.contains(&marker.message_id) {
+                break;
+            }
+            if line.contains(&follow_up.message_id) {
+                runs += 1;
+            }
+        }
+    }
+    assert_eq!(runs, 1, "one run of the follow-up");
 }

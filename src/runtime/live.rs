@@ -72,6 +72,10 @@ pub(crate) enum Signal {
     Idle,
     /// A change could not be committed: every open stream ends with it.
     Failed(A2aError),
+    /// Events committed by another replica could not be read in full (the
+    /// store no longer keeps them): streams resynchronise with a fresh
+    /// snapshot, as a subscriber that fell behind does.
+    Resync,
 }
 
 pub(crate) type Broadcast = Arc<Signal>;
@@ -619,6 +623,11 @@ impl LiveTask {
         let mut write = EncodedTask::new(&loaded.record);
         write.outbox = outbox_entries(&loaded.record.push_configs, &loaded.pending);
         write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
+        if self.shared.upgrade().is_some_and(|s| s.replicated) {
+            write.events = crate::store::codec::encode_events(
+                loaded.pending.iter().filter_map(|p| p.out.as_ref()),
+            );
+        }
         NextWrite::Write {
             write,
             version: loaded.version,
@@ -711,33 +720,143 @@ impl LiveTask {
         }
     }
 
-    /// After a version conflict: reloads the stored task and re-applies
-    /// the pending events to it.
-    async fn rebase(&self, shared: &Shared, loaded: &mut Loaded) -> Result<(), StoreError> {
-        let stored = shared
+    /// After a version conflict: catches up with the stored task (its
+    /// writers' events reach this replica's subscribers first, as they
+    /// were committed first) and re-applies the pending events to it.
+    async fn rebase(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        loaded: &mut Loaded,
+    ) -> Result<(), StoreError> {
+        let up = shared
             .store
-            .get(&self.key.tenant, &self.key.id)
+            .catch_up(&self.key.tenant, &self.key.id, loaded.version)
             .await?
             .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
-        let mut record = stored.record.clone();
+        let (expected, actual) = (loaded.version, up.task.version);
+        let stored = self.absorb_committed(shared, loaded, up);
+        let mut record = stored;
         let mut outs = Vec::with_capacity(loaded.pending.len());
         for p in &loaded.pending {
             let out = record
                 .apply(p.event.clone(), now(), policy(shared, p.author))
                 .map_err(|e| StoreError::Conflict {
                     id: format!("{} ({e})", self.key.id),
-                    expected: loaded.version,
-                    actual: stored.version,
+                    expected,
+                    actual,
                 })?;
             outs.push(out);
         }
         for (p, out) in loaded.pending.iter_mut().zip(outs) {
             p.out = out;
         }
-        loaded.committed = Some(EncodedTask::new(&stored.record));
-        loaded.version = stored.version;
         loaded.record = record;
         Ok(())
+    }
+
+    /// Takes another writer's commits in (`up`): publishes their events to
+    /// this replica's subscribers (or has them resynchronise when the
+    /// store could not give them all), makes the stored task the
+    /// committed copy, and stops the run here if the task ended elsewhere
+    /// (a cancel on another replica). Returns the stored record.
+    fn absorb_committed(
+        self: &Arc<Self>,
+        _shared: &Arc<Shared>,
+        loaded: &mut Loaded,
+        up: crate::store::CatchUp,
+    ) -> TaskRecord {
+        let run = self.current_run.load(std::sync::atomic::Ordering::Relaxed);
+        if up.complete {
+            for event in up.events {
+                self.publish(loaded, run, Some(event));
+            }
+        } else if let Some(tx) = &loaded.events
+            && tx.receiver_count() > 0
+        {
+            let _ = tx.send(Arc::new(Signal::Resync));
+        }
+        let record = up.task.record;
+        let state = record.state();
+        self.progress.send_modify(|p| p.state = state);
+        loaded.committed = Some(EncodedTask::new(&record));
+        loaded.version = up.task.version;
+        if state.is_terminal()
+            && let Some(token) = self.runs().cancel.take()
+        {
+            token.cancel();
+        }
+        record
+    }
+
+    /// Whether the cached task is older than `version` (and not being
+    /// written here: a write of this replica's would see the conflict and
+    /// catch up itself).
+    pub(crate) fn behind(&self, version: u64) -> bool {
+        match self.state.try_lock() {
+            Ok(guard) => guard
+                .as_ref()
+                .is_some_and(|l| l.version < version && !l.flushing),
+            // Busy: look again properly.
+            Err(_) => true,
+        }
+    }
+
+    /// Whether another replica may be changing this task while something
+    /// here follows it: loaded, no run of its own going on here, and
+    /// watched by a stream or a waiting request.
+    pub(crate) fn followed_remotely(&self) -> bool {
+        if self.runs().active {
+            return false;
+        }
+        let Ok(guard) = self.state.try_lock() else {
+            return false;
+        };
+        let Some(loaded) = guard.as_ref() else {
+            return false;
+        };
+        !loaded.record.state().is_terminal()
+            && (self.progress.receiver_count() > 0
+                || loaded
+                    .events
+                    .as_ref()
+                    .is_some_and(|tx| tx.receiver_count() > 0))
+    }
+
+    /// Brings the cached task up to the store after another replica wrote
+    /// it ([`super::TaskManager::follow_changes`]): read outside the lock,
+    /// taken in only if nothing changed the cache meanwhile (else whatever
+    /// did catches up, or the next look does).
+    pub(crate) async fn catch_up(self: Arc<Self>, shared: Arc<Shared>) {
+        let from = {
+            let guard = self.state.lock().await;
+            match guard.as_ref() {
+                Some(l) if l.pending.is_empty() && !l.flushing => l.version,
+                _ => return,
+            }
+        };
+        let up = match shared
+            .store
+            .catch_up(&self.key.tenant, &self.key.id, from)
+            .await
+        {
+            Ok(Some(up)) if up.task.version > from => up,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::debug!(task_id = %self.key.id, error = %e, "catching up failed; retried at the next look");
+                return;
+            }
+        };
+        let mut guard = self.state.lock().await;
+        let Some(loaded) = guard.as_mut() else { return };
+        if loaded.version != from || !loaded.pending.is_empty() || loaded.flushing {
+            return;
+        }
+        let record = self.absorb_committed(&shared, loaded, up);
+        use prost::Message as _;
+        loaded.bytes = record.task.encoded_len();
+        loaded.record = record;
+        loaded.committed = None;
+        self.dispatch_locked(&shared, loaded);
     }
 
     /// Drops every pending event after a failed commit: their waiters get
@@ -1058,6 +1177,11 @@ impl LiveTask {
             // About to be terminal (a cancel not yet committed): start
             // nothing, and keep the queue until the commit decides. The
             // flush dispatches again after it, and so does a failed write.
+            return;
+        }
+        if shared.replicated && loaded.committed_state().is_active() {
+            // Another replica's run has the task (this one has none):
+            // the next run starts once that one has ended, caught up.
             return;
         }
         if runs.queue.front().is_some_and(|q| q.committed) {

@@ -106,6 +106,12 @@ use live::{Author, LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
 /// task: 1024 slots cost a streamed request about 5% more CPU (measured).
 pub const SUBSCRIBER_BUFFER: usize = 2 * live::MAX_PENDING_EVENTS;
 
+/// How often, with a store shared by replicas, the tasks followed here
+/// are caught up from the store whether or not a notification came: the
+/// longest a missed notification delays an event (and a cancel made on
+/// another replica).
+pub const CATCH_UP_EVERY: Duration = Duration::from_secs(1);
+
 /// Default retention of terminal tasks (`serve --retain`).
 pub const DEFAULT_RETAIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// How often the retention sweep runs.
@@ -163,6 +169,10 @@ pub(crate) struct Shared {
     /// Raised after a commit that added push notifications to the outbox
     /// (see [`TaskManager::outbox_signal`]).
     pub(crate) outbox: Arc<tokio::sync::Notify>,
+    /// The store is shared by replicas ([`TaskStore::lease`]): writes
+    /// carry their events for the others, and a run starts only on a task
+    /// no replica is running.
+    pub(crate) replicated: bool,
 }
 
 /// Repeats waiting on the first request for (tenant, message_id).
@@ -403,7 +413,6 @@ impl TaskManager {
     pub fn new(store: Arc<dyn TaskStore>, agents: AgentRouter, config: RuntimeConfig) -> Self {
         TaskManager {
             shared: Arc::new(Shared {
-                store,
                 agents,
                 config,
                 live: Mutex::new(HashMap::default()),
@@ -411,6 +420,8 @@ impl TaskManager {
                 running: tokio::sync::watch::Sender::new(HashMap::new()),
                 shutdown: CancellationToken::new(),
                 outbox: Arc::new(tokio::sync::Notify::new()),
+                replicated: store.lease().is_some(),
+                store,
             }),
         }
     }
@@ -939,6 +950,47 @@ impl TaskManager {
         Ok(purged)
     }
 
+    /// With a store shared by replicas ([`TaskStore::changes`]), until
+    /// shutdown: follows the other replicas' writes to the tasks held
+    /// here, so that their subscribers and waiters get those events in
+    /// order ([`LiveTask::catch_up`]). A notification is only a wake-up:
+    /// after a gap in them, and every [`CATCH_UP_EVERY`] whatever comes,
+    /// every followed task is caught up from the store by version.
+    pub async fn follow_changes(self) {
+        use crate::store::Change;
+        use tokio::sync::broadcast::error::RecvError;
+        let Some(mut changes) = self.shared.store.changes() else {
+            return;
+        };
+        let shutdown = self.shared.shutdown.clone();
+        let mut ticks = tokio::time::interval(CATCH_UP_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let all = tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(Change::Task { tenant, task_id, version }) => {
+                        let key = TaskKey { tenant, id: task_id };
+                        if let Some(live) = self.shared.find_live(&key)
+                            && live.behind(version)
+                        {
+                            tokio::spawn(live.catch_up(self.shared.clone()));
+                        }
+                        false
+                    }
+                    Ok(Change::Gap) | Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => return,
+                },
+                _ = ticks.tick() => true,
+                _ = shutdown.cancelled() => return,
+            };
+            if all {
+                for live in self.shared.followed_remotely() {
+                    tokio::spawn(live.catch_up(self.shared.clone()));
+                }
+            }
+        }
+    }
+
     /// Background upkeep until shutdown: the retention sweep every
     /// `RuntimeConfig::sweep_every`, run by one process of those sharing
     /// the store ([`TaskStore::take_turn`]); with replicas, the tasks of
@@ -1003,6 +1055,22 @@ impl Shared {
             key: Some(key),
             stored: None,
         })
+    }
+
+    /// The live handle of a task if something holds one.
+    fn find_live(&self, key: &TaskKey) -> Option<Arc<LiveTask>> {
+        let map = self.live.lock().expect("live map poisoned");
+        map.get(key).and_then(Weak::upgrade)
+    }
+
+    /// Every live handle followed here whose task another replica may be
+    /// changing (see [`LiveTask::followed_remotely`]).
+    fn followed_remotely(&self) -> Vec<Arc<LiveTask>> {
+        let map = self.live.lock().expect("live map poisoned");
+        map.values()
+            .filter_map(Weak::upgrade)
+            .filter(|l| l.followed_remotely())
+            .collect()
     }
 
     fn live(self: &Arc<Self>, key: TaskKey) -> Arc<LiveTask> {

@@ -130,6 +130,7 @@ pub(super) fn spawn(
                 Some(format!("agent panicked: {text}"))
             }
         };
+        tracing::debug!(task_id = %sink.inner.key.id, "agent run ended");
         sink.finish(failure).await;
     });
 }

@@ -113,37 +113,48 @@ impl TaskManager {
                         break;
                     }
                 };
-                let (event, closes) = match received {
-                    Ok(signal) => match &*signal {
-                        Signal::Event { run: from, event } => {
-                            let closes = event_state(event)
-                                .is_some_and(|s| close_at.closes(s, *from >= run));
-                            (event.clone(), closes)
-                        }
-                        Signal::Idle => break,
-                        Signal::Failed(e) => {
-                            yield Err(e.clone());
-                            break;
-                        }
-                    },
+                // A subscriber behind the ring, or events another replica
+                // committed that the store no longer holds in full: a
+                // fresh snapshot, and live again from it.
+                let resync = match &received {
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(task_id = %live.key().id, missed, "subscriber lagged; resynchronising");
-                        match live.resubscribe(&shared, run).await {
-                            Ok((task, fresh, idle, own_run)) => {
-                                rx = fresh;
-                                let snapshot = task_event(task);
-                                let closes = event_state(&snapshot).is_some_and(|s| {
-                                    close_at.closes_at_snapshot(s, own_run, idle)
-                                });
-                                (snapshot, closes)
-                            }
-                            Err(e) => {
-                                yield Err(e);
-                                break;
-                            }
+                        true
+                    }
+                    Ok(signal) => matches!(**signal, Signal::Resync),
+                    Err(RecvError::Closed) => false,
+                };
+                let (event, closes) = if resync {
+                    match live.resubscribe(&shared, run).await {
+                        Ok((task, fresh, idle, own_run)) => {
+                            rx = fresh;
+                            let snapshot = task_event(task);
+                            let closes = event_state(&snapshot).is_some_and(|s| {
+                                close_at.closes_at_snapshot(s, own_run, idle)
+                            });
+                            (snapshot, closes)
+                        }
+                        Err(e) => {
+                            yield Err(e);
+                            break;
                         }
                     }
-                    Err(RecvError::Closed) => break,
+                } else {
+                    match received {
+                        Ok(signal) => match &*signal {
+                            Signal::Event { run: from, event } => {
+                                let closes = event_state(event)
+                                    .is_some_and(|s| close_at.closes(s, *from >= run));
+                                (event.clone(), closes)
+                            }
+                            Signal::Idle | Signal::Resync => break,
+                            Signal::Failed(e) => {
+                                yield Err(e.clone());
+                                break;
+                            }
+                        },
+                        Err(_) => break,
+                    }
                 };
                 yield Ok(event);
                 if closes {

@@ -62,6 +62,32 @@ pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
     })
 }
 
+/// Stream events as a store shared by replicas keeps a write's
+/// ([`super::EncodedTask::events`]): each length-delimited, one after
+/// another.
+pub fn encode_events<'a>(
+    events: impl Iterator<Item = &'a crate::proto::StreamResponse>,
+) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for event in events {
+        event
+            .encode_length_delimited(&mut bytes)
+            .expect("a Vec grows as needed");
+    }
+    bytes
+}
+
+/// The events [`encode_events`] wrote.
+pub fn split_events(mut bytes: &[u8]) -> Result<Vec<crate::proto::StreamResponse>, StoreError> {
+    let mut events = Vec::new();
+    while !bytes.is_empty() {
+        let event = crate::proto::StreamResponse::decode_length_delimited(&mut bytes)
+            .map_err(|e| StoreError::Internal(format!("stored events do not decode: {e}")))?;
+        events.push(event);
+    }
+    Ok(events)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

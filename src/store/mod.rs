@@ -210,10 +210,42 @@ pub struct EncodedTask {
     /// Push notifications this write makes due, stored by the same write
     /// (a transactional outbox): committed together or not at all.
     pub outbox: Vec<OutboxEntry>,
+    /// The stream events this write commits, each an encoded
+    /// `StreamResponse`, length-delimited: kept by a store shared by
+    /// replicas for the other replicas' subscribers
+    /// ([`TaskStore::catch_up`]); filled only for such a store.
+    pub events: Vec<u8>,
     /// The write carries an agent's events: a store shared by replicas
     /// records the writing replica as the one running the task (what
     /// recovery by lease looks at). A creating write always does.
     pub by_run: bool,
+}
+
+/// A task write another replica committed, as a store shared by replicas
+/// reports it ([`TaskStore::changes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The task is at `version` now.
+    Task {
+        tenant: String,
+        task_id: String,
+        version: u64,
+    },
+    /// Changes may have been missed (the feed reconnected): whoever
+    /// follows tasks catches up on all of them.
+    Gap,
+}
+
+/// A task as stored now and the events committed since a version
+/// ([`TaskStore::catch_up`]).
+#[derive(Debug, Clone)]
+pub struct CatchUp {
+    pub task: StoredTask,
+    /// Each write's events after the version asked for, in version order.
+    pub events: Vec<crate::proto::StreamResponse>,
+    /// Whether `events` holds every write's since that version (the
+    /// store keeps them for a while only).
+    pub complete: bool,
 }
 
 /// What claiming a new message's idempotency key found (spec §3.3.1;
@@ -265,6 +297,7 @@ impl EncodedTask {
             owner: record.owner.clone(),
             origin: origin_of(record),
             outbox: Vec::new(),
+            events: Vec::new(),
             by_run: false,
         }
     }
@@ -386,6 +419,30 @@ pub trait TaskStore: Send + Sync + 'static {
     /// only at start-up.
     fn lease(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    /// Committed task writes as they happen, from every replica, when the
+    /// store is shared by replicas; `None` for a store of one process.
+    /// Only a wake-up: a change missed is caught up by version.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+        None
+    }
+
+    /// The task as stored now and the events of each write after version
+    /// `after` ([`TaskStore::changes`]); `None` when the task is gone.
+    /// A store of one process keeps no events: it answers with the task
+    /// and no events, incomplete unless the task is still at `after`.
+    async fn catch_up(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        after: u64,
+    ) -> Result<Option<CatchUp>, StoreError> {
+        Ok(self.get(tenant, task_id).await?.map(|task| CatchUp {
+            complete: task.version <= after,
+            task,
+            events: Vec::new(),
+        }))
     }
 
     /// Whether this process should run the periodic job `job` now, at most

@@ -27,13 +27,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use prost_types::Timestamp;
+use tokio::sync::broadcast;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use super::sqlite::state_list;
 use super::{
-    Delivery, EncodedTask, ListQuery, OriginClaim, StoreError, StoredTask, TaskPage, TaskStore,
-    codec, origin_key, time_key,
+    CatchUp, Change, Delivery, EncodedTask, ListQuery, OriginClaim, StoreError, StoredTask,
+    TaskPage, TaskStore, codec, origin_key, time_key,
 };
 use crate::lifecycle::StateClass;
 use writer::{Kind, Writers};
@@ -49,7 +50,21 @@ const MIGRATION_LOCK: i64 = 0x0a2a_11fe_c7c1_e001;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0001_tasks.sql"),
     include_str!("../../../migrations/postgres/0002_replicas.sql"),
+    include_str!("../../../migrations/postgres/0003_task_events.sql"),
 ];
+
+/// How long each write's events are kept for other replicas' subscribers
+/// ([`TaskStore::catch_up`]); one further behind gets a fresh snapshot.
+pub const EVENT_LOG_RETAIN: Duration = Duration::from_secs(300);
+/// How often one replica trims the event log.
+const EVENT_LOG_TRIM_EVERY: Duration = Duration::from_secs(10);
+/// Changes a follower of [`TaskStore::changes`] may fall behind before it
+/// is told of a gap instead.
+pub const CHANGE_BUFFER: usize = 4096;
+/// First wait before listening again after the listening connection
+/// broke; doubled up to [`LISTEN_RETRY_MAX`].
+const LISTEN_RETRY_FIRST: Duration = Duration::from_millis(100);
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// How long a replica's lease lasts unless renewed (`serve --lease`): a
 /// replica that has not renewed it for this long is taken for dead, and
@@ -66,8 +81,10 @@ pub struct PostgresStore {
     /// This replica's id (random, per process).
     replica: Vec<u8>,
     lease: Duration,
-    /// Ends the lease's renewal when the last clone is dropped.
-    _renewal: Arc<AbortOnDrop>,
+    changes: broadcast::Sender<Change>,
+    /// Ends the lease's renewal and the listening when the last clone is
+    /// dropped.
+    _background: Arc<[AbortOnDrop; 2]>,
 }
 
 /// Aborts a background task when dropped.
@@ -79,8 +96,14 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+fn unavailable(e: impl std::error::Error) -> StoreError {
+    // tokio-postgres says only "db error" at the top; the database's own
+    // message is the source.
+    let mut text = e.to_string();
+    if let Some(source) = e.source() {
+        text = format!("{text}: {source}");
+    }
+    StoreError::Unavailable(text)
 }
 
 fn text(bytes: Vec<u8>) -> Result<String, StoreError> {
@@ -108,9 +131,7 @@ impl PostgresStore {
         if lease.is_zero() {
             return Err(StoreError::Internal("the lease must be above zero".into()));
         }
-        let config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| StoreError::Internal(format!("bad PostgreSQL URL: {e}")))?;
+        let config = config_of(url)?;
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -125,13 +146,16 @@ impl PostgresStore {
         migrate(&pool).await?;
         let replica = uuid::Uuid::new_v4().as_bytes().to_vec();
         renew(&pool, &replica, lease).await?;
+        let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let renewal = tokio::spawn(keep_lease(pool.clone(), replica.clone(), lease));
+        let listening = tokio::spawn(listen(config_of(url)?, changes.clone()));
         Ok(PostgresStore {
             writers: Writers::start(pool.clone(), replica.clone()),
             pool,
             replica,
             lease,
-            _renewal: Arc::new(AbortOnDrop(renewal)),
+            changes,
+            _background: Arc::new([AbortOnDrop(renewal), AbortOnDrop(listening)]),
         })
     }
 
@@ -214,7 +238,13 @@ async fn renew(pool: &Pool, replica: &[u8], lease: Duration) -> Result<(), Store
     Ok(())
 }
 
-/// Renews the lease for as long as the store lives.
+fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    url.parse()
+        .map_err(|e| StoreError::Internal(format!("bad PostgreSQL URL: {e}")))
+}
+
+/// Renews the lease for as long as the store lives; one replica per
+/// [`EVENT_LOG_TRIM_EVERY`] also trims the event log.
 async fn keep_lease(pool: Pool, replica: Vec<u8>, lease: Duration) {
     let mut ticks = tokio::time::interval(lease / RENEWALS_PER_LEASE);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -223,6 +253,102 @@ async fn keep_lease(pool: Pool, replica: Vec<u8>, lease: Duration) {
         if let Err(e) = renew(&pool, &replica, lease).await {
             tracing::warn!(error = %e, "could not renew this replica's lease");
         }
+        if let Err(e) = trim_event_log(&pool).await {
+            tracing::warn!(error = %e, "could not trim the event log");
+        }
+    }
+}
+
+async fn trim_event_log(pool: &Pool) -> Result<(), StoreError> {
+    let client = pool.get().await.map_err(unavailable)?;
+    if !take_turn(&client, "event-log", EVENT_LOG_TRIM_EVERY).await? {
+        return Ok(());
+    }
+    client
+        .execute(
+            "DELETE FROM task_events WHERE at < now() - make_interval(secs => $1)",
+            &[&EVENT_LOG_RETAIN.as_secs_f64()],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+/// [`TaskStore::take_turn`] on `client`.
+async fn take_turn(
+    client: &tokio_postgres::Client,
+    job: &str,
+    every: Duration,
+) -> Result<bool, StoreError> {
+    let row = client
+        .query_opt(
+            "INSERT INTO a2a_jobs (name, last_run) VALUES ($1, now()) \
+             ON CONFLICT (name) DO UPDATE SET last_run = now() \
+             WHERE a2a_jobs.last_run <= now() - make_interval(secs => $2) RETURNING 1",
+            &[&job, &every.as_secs_f64()],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(row.is_some())
+}
+
+/// Listens for every replica's committed task writes ([`writer::CHANNEL`])
+/// and passes them on as [`Change`]s, on a connection of its own; after
+/// that connection broke and was made again, a [`Change::Gap`] first.
+async fn listen(config: tokio_postgres::Config, changes: broadcast::Sender<Change>) {
+    use futures_util::StreamExt;
+    let mut delay = LISTEN_RETRY_FIRST;
+    let mut broken = false;
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut payloads) = tokio::sync::mpsc::unbounded_channel();
+                let driver = tokio::spawn(async move {
+                    let mut messages =
+                        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(message) = messages.next().await {
+                        match message {
+                            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                                if tx.send(n.payload().to_owned()).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the PostgreSQL listening connection broke");
+                                return;
+                            }
+                        }
+                    }
+                });
+                match client
+                    .batch_execute(&format!("LISTEN {}", writer::CHANNEL))
+                    .await
+                {
+                    Ok(()) => {
+                        delay = LISTEN_RETRY_FIRST;
+                        if broken {
+                            let _ = changes.send(Change::Gap);
+                        }
+                        while let Some(payload) = payloads.recv().await {
+                            for (tenant, task_id, version) in writer::parse_notification(&payload) {
+                                let _ = changes.send(Change::Task {
+                                    tenant,
+                                    task_id,
+                                    version,
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not listen for task changes"),
+                }
+                driver.abort();
+            }
+            Err(e) => tracing::warn!(error = %e, "could not connect to listen for task changes"),
+        }
+        broken = true;
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(LISTEN_RETRY_MAX);
     }
 }
 
@@ -485,16 +611,67 @@ impl TaskStore for PostgresStore {
 
     async fn take_turn(&self, job: &str, every: Duration) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "INSERT INTO a2a_jobs (name, last_run) VALUES ($1, now()) \
-                 ON CONFLICT (name) DO UPDATE SET last_run = now() \
-                 WHERE a2a_jobs.last_run <= now() - make_interval(secs => $2) RETURNING 1",
-                &[&job, &every.as_secs_f64()],
-            )
+        take_turn(&client, job, every).await
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        Some(self.changes.subscribe())
+    }
+
+    async fn catch_up(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        after: u64,
+    ) -> Result<Option<CatchUp>, StoreError> {
+        let mut client = self.client().await?;
+        // One snapshot for the task and its events.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
             .await
             .map_err(unavailable)?;
-        Ok(row.is_some())
+        let (tenant, id) = (tenant.as_bytes(), task_id.as_bytes());
+        let Some(row) = tx
+            .query_opt(
+                "SELECT record, version FROM tasks WHERE tenant = $1 AND id = $2",
+                &[&tenant, &id],
+            )
+            .await
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        let task = stored(row.get(0), row.get(1))?;
+        let rows = if task.version > after {
+            tx.query(
+                "SELECT version, events FROM task_events WHERE tenant = $1 AND task_id = $2 \
+                 AND version > $3 AND version <= $4 ORDER BY version",
+                &[&tenant, &id, &(after as i64), &(task.version as i64)],
+            )
+            .await
+            .map_err(unavailable)?
+        } else {
+            Vec::new()
+        };
+        tx.commit().await.map_err(unavailable)?;
+        let mut complete = true;
+        let mut expected = after + 1;
+        let mut events = Vec::new();
+        for row in rows {
+            let version = row.get::<_, i64>(0) as u64;
+            complete &= version == expected;
+            expected = version + 1;
+            events.extend(codec::split_events(row.get(1))?);
+        }
+        complete &= expected > task.version;
+        Ok(Some(CatchUp {
+            task,
+            events,
+            complete,
+        }))
     }
 
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
@@ -503,9 +680,11 @@ impl TaskStore for PostgresStore {
         // of replicas long dead whose runs created no task.
         let sql = format!(
             "WITH gone AS (DELETE FROM tasks WHERE state IN ({}) \
-             AND (status_seconds, status_nanos) < ($1, $2) RETURNING tenant, origin), \
+             AND (status_seconds, status_nanos) < ($1, $2) RETURNING tenant, id, origin), \
              claims AS (DELETE FROM origin_claims c USING gone \
-             WHERE c.tenant = gone.tenant AND c.origin = gone.origin AND gone.origin <> ''::bytea) \
+             WHERE c.tenant = gone.tenant AND c.origin = gone.origin AND gone.origin <> ''::bytea), \
+             events AS (DELETE FROM task_events e USING gone \
+             WHERE e.tenant = gone.tenant AND e.task_id = gone.id) \
              SELECT COUNT(*) FROM gone",
             state_list(StateClass::Terminal)
         );

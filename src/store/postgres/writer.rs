@@ -61,6 +61,15 @@ const UPDATE: &str = "UPDATE tasks AS t SET context_id = u.context_id, state = u
 const CLAIM: &str = "INSERT INTO origin_claims (tenant, origin, replica) \
      SELECT tenant, origin, $3 FROM unnest($1::bytea[], $2::bytea[]) AS u(tenant, origin) \
      ON CONFLICT DO NOTHING RETURNING tenant, origin";
+const EVENTS: &str = "INSERT INTO task_events (tenant, task_id, version, events) \
+     SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::bytea[]) \
+     ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()";
+const NOTIFY: &str = "SELECT pg_notify('a2a_tasks', $1)"; // CHANNEL
+/// The channel replicas hear committed task writes on.
+pub(super) const CHANNEL: &str = "a2a_tasks";
+/// Bytes of changes one notification carries at most (PostgreSQL's limit
+/// on a payload is 8000).
+const NOTIFY_BYTES: usize = 7900;
 const OUTBOX: &str = "INSERT INTO push_outbox (tenant, task_id, config_id, event) \
      VALUES ($1, $2, $3, $4)";
 
@@ -236,6 +245,9 @@ fn column<'a>(
     writes.iter().map(|(_, t)| field(t)).collect()
 }
 
+/// A statement parameter.
+type Param<'a> = dyn tokio_postgres::types::ToSql + Sync + 'a;
+
 /// A task's key as the writes' statements return it.
 type Key = (Vec<u8>, Vec<u8>);
 
@@ -253,10 +265,19 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     let update = client.prepare_cached(UPDATE).await?;
     let claim = client.prepare_cached(CLAIM).await?;
     let outbox = client.prepare_cached(OUTBOX).await?;
+    let events = client.prepare_cached(EVENTS).await?;
+    let notify = client.prepare_cached(NOTIFY).await?;
     // BEGIN goes out in the same round trip as the statements (tokio-
     // postgres pipelines what is polled together); a failure rolls back.
     let tx: &tokio_postgres::Client = &client;
-    match statements(tx, batch, &cx.replica, [&insert, &update, &claim, &outbox]).await {
+    match statements(
+        tx,
+        batch,
+        &cx.replica,
+        [&insert, &update, &claim, &outbox, &events, &notify],
+    )
+    .await
+    {
         Ok(done) => {
             tx.batch_execute("COMMIT").await?;
             Ok(done)
@@ -274,7 +295,7 @@ async fn statements(
     tx: &tokio_postgres::Client,
     batch: &[Write],
     replica: &[u8],
-    [insert, update, claim, outbox]: [&tokio_postgres::Statement; 4],
+    [insert, update, claim, outbox, events, notify]: [&tokio_postgres::Statement; 6],
 ) -> Result<Vec<Done>, Failure> {
     let creates: Vec<(&Write, &EncodedTask)> = batch
         .iter()
@@ -410,27 +431,113 @@ async fn statements(
             version.map_or(Done::Refused, Done::Written)
         })
         .collect();
-    // The push notifications of the writes that were made, in the same
-    // transaction (a transactional outbox), in write order.
-    for (w, d) in batch.iter().zip(&done) {
-        let Some(task) = w.task() else { continue };
-        if !matches!(d, Done::Written(_)) {
-            continue;
-        }
-        for entry in &task.outbox {
-            tx.execute(
-                outbox,
-                &[
-                    &w.tenant.as_bytes(),
-                    &task.id.as_bytes(),
-                    &entry.config_id.as_bytes(),
-                    &entry.event,
-                ],
-            )
-            .await?;
+    // What the writes that were made commit with them: their events (the
+    // log other replicas' subscribers catch up from), a notification of
+    // each (a wake-up for those replicas, sent at commit) and their push
+    // notifications (a transactional outbox), in write order.
+    let written: Vec<(&Write, &EncodedTask, u64)> = batch
+        .iter()
+        .zip(&done)
+        .filter_map(|(w, d)| match (w.task(), d) {
+            (Some(t), Done::Written(v)) => Some((w, t, *v)),
+            _ => None,
+        })
+        .collect();
+    let tenants: Vec<&[u8]> = written.iter().map(|(w, ..)| w.tenant.as_bytes()).collect();
+    let ids: Vec<&[u8]> = written.iter().map(|(_, t, _)| t.id.as_bytes()).collect();
+    let versions: Vec<i64> = written.iter().map(|(.., v)| *v as i64).collect();
+    let logged: Vec<&[u8]> = written
+        .iter()
+        .map(|(_, t, _)| t.events.as_slice())
+        .collect();
+    let payloads = notifications(
+        written
+            .iter()
+            .map(|(w, t, v)| (w.tenant.as_str(), t.id.as_str(), *v)),
+    );
+    let pushes: Vec<[&[u8]; 4]> = written
+        .iter()
+        .flat_map(|(w, t, _)| {
+            t.outbox.iter().map(|e| {
+                [
+                    w.tenant.as_bytes(),
+                    t.id.as_bytes(),
+                    e.config_id.as_bytes(),
+                    e.event.as_slice(),
+                ]
+            })
+        })
+        .collect();
+    let mut after = Vec::new();
+    if !written.is_empty() {
+        let params: Vec<&Param<'_>> = vec![&tenants, &ids, &versions, &logged];
+        after.push(tx.execute_raw(events, params));
+    }
+    for payload in &payloads {
+        let params: Vec<&Param<'_>> = vec![payload];
+        after.push(tx.execute_raw(notify, params));
+    }
+    for [tenant, id, config, event] in &pushes {
+        let params: Vec<&Param<'_>> = vec![tenant, id, config, event];
+        after.push(tx.execute_raw(outbox, params));
+    }
+    futures_util::future::try_join_all(after).await?;
+    Ok(done)
+}
+
+/// The payloads of the notifications announcing `writes` (tenant, task
+/// id, new version): `{len}:{tenant}{len}:{id}{version}` and a newline per
+/// write (lengths in bytes, so any text parses back), at most
+/// [`NOTIFY_BYTES`] each.
+pub(super) fn notifications<'a>(
+    writes: impl Iterator<Item = (&'a str, &'a str, u64)>,
+) -> Vec<String> {
+    let mut payloads = vec![String::new()];
+    for (tenant, id, version) in writes {
+        let (tenant, id) = (escape(tenant), escape(id));
+        let line = format!("{}:{tenant}{}:{id}{version}\n", tenant.len(), id.len());
+        let last = payloads.last_mut().expect("one at least");
+        if !last.is_empty() && last.len() + line.len() > NOTIFY_BYTES {
+            payloads.push(line);
+        } else {
+            last.push_str(&line);
         }
     }
-    Ok(done)
+    payloads.retain(|p| !p.is_empty());
+    payloads
+}
+
+/// A payload is text without NUL: `%` and NUL are written `%25`, `%00`.
+fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains(['%', '\0']) {
+        text.replace('%', "%25").replace('\0', "%00").into()
+    } else {
+        text.into()
+    }
+}
+
+fn unescape(text: &str) -> String {
+    text.replace("%00", "\0").replace("%25", "%")
+}
+
+/// The writes a notification's payload announces ([`notifications`]);
+/// what does not parse is skipped.
+pub(super) fn parse_notification(payload: &str) -> Vec<(String, String, u64)> {
+    fn field<'a>(rest: &mut &'a str) -> Option<&'a str> {
+        let (len, tail) = rest.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        let value = tail.get(..len)?;
+        *rest = &tail[len..];
+        Some(value)
+    }
+    payload
+        .lines()
+        .filter_map(|mut line| {
+            let tenant = field(&mut line)?;
+            let id = field(&mut line)?;
+            Some((unescape(tenant), unescape(id), line.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Why the database refused a write that changed no row.
