@@ -219,12 +219,12 @@ pub async fn serve_manager_tls(
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let egress = push.as_ref().map(|p| Arc::new(p.egress.clone()));
     if let Some(settings) = push {
-        let dispatcher = crate::push::deliver::Dispatcher::new(
+        tokio::spawn(crate::push::deliver::deliver_while_held(
             manager.store().clone(),
             settings,
             manager.outbox_signal(),
-        );
-        tokio::spawn(dispatcher.run(manager.shutdown_token()));
+            manager.shutdown_token(),
+        ));
     }
     let a2a = A2aGrpc::new(manager.clone(), cards.clone())
         .with_auth(auth)

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
-    CancelTaskRequest, ListTasksRequest, StreamResponse, SubscribeToTaskRequest, Task, TaskState,
-    stream_response,
+    CancelTaskRequest, ListTasksRequest, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskPushNotificationConfig, TaskState, stream_response,
 };
 use a2a_lifecycle::runtime::RESTART_FAILURE;
 use support::{Client, state_of, status_text, within};
@@ -37,8 +37,12 @@ impl Drop for Replica {
 /// Starts a replica on `store` with the bench agent, logging the
 /// runtime's debug lines.
 async fn replica(store: &str, lease: &str) -> Replica {
-    let (process, url, log) = support::spawn_serve_logging(
-        "info,a2a_lifecycle::runtime=debug",
+    replica_with(store, lease, &[]).await
+}
+
+/// [`replica`] with more `serve` arguments.
+async fn replica_with(store: &str, lease: &str, more: &[&str]) -> Replica {
+    let args = [
         &[
             "--store",
             store,
@@ -47,7 +51,11 @@ async fn replica(store: &str, lease: &str) -> Replica {
             "--default-agent",
             "bench",
         ],
-    );
+        more,
+    ]
+    .concat();
+    let (process, url, log) =
+        support::spawn_serve_logging("info,a2a_lifecycle::runtime=debug", &args);
     let grpc = within("connect", A2aServiceClient::connect(url))
         .await
         .unwrap();
@@ -394,4 +402,94 @@ async fn a_follow_up_on_another_replica_runs_once() {
         }
     }
     assert_eq!(runs, 1, "one run of the follow-up");
+}
+
+/// A webhook receiver (`push listen`) and its printed notifications.
+fn push_receiver() -> (std::process::Child, String, Receiver<String>) {
+    use std::io::BufRead;
+    let mut listen = std::process::Command::new(support::BIN)
+        .args(["push", "listen", "--port", "0"])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn push listen");
+    let lines_of = |pipe: Box<dyn std::io::Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        rx
+    };
+    let log = lines_of(Box::new(listen.stderr.take().unwrap()));
+    let printed = lines_of(Box::new(listen.stdout.take().unwrap()));
+    let url = support::wait_for_line(&log, "receiving push notifications")
+        .split(" at ")
+        .nth(1)
+        .expect("the receiver's URL")
+        .trim()
+        .to_owned();
+    std::thread::spawn(move || for _ in log {});
+    (listen, url, printed)
+}
+
+/// Push notifications with two replicas: one of them delivers (the
+/// delivery role), so every event of tasks run on either reaches the
+/// webhook once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_notifications_from_every_replica_are_delivered_once() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let loopback = ["--push-allow-cidr", "127.0.0.0/8"];
+    let a = replica_with(&store, "10s", &loopback).await;
+    let b = replica_with(&store, "10s", &loopback).await;
+    let (mut listen, url, printed) = push_receiver();
+    let send = |r: &Replica| {
+        let mut request = support::request("", support::user_message("fanout:10:0:1000"), true);
+        request
+            .configuration
+            .get_or_insert_with(Default::default)
+            .task_push_notification_config = Some(TaskPushNotificationConfig {
+            url: url.clone(),
+            ..Default::default()
+        });
+        let mut g = r.grpc.clone();
+        async move { support::send_task(&mut g, request).await.id }
+    };
+    let mut sent = Vec::new();
+    for r in [&a, &b, &a, &b, &a, &b] {
+        sent.push(send(r).await);
+    }
+    let mut lines: Vec<String> = Vec::new();
+    let completed = |lines: &[String], id: &str| {
+        lines
+            .iter()
+            .any(|l| l.contains(id) && l.contains("TASK_STATE_COMPLETED"))
+    };
+    let read_until = |lines: &mut Vec<String>, ids: &[String]| {
+        while !ids.iter().all(|id| completed(lines, id)) {
+            lines.push(printed.recv_timeout(support::WAIT).expect("a notification"));
+        }
+    };
+    read_until(&mut lines, &sent);
+    // A duplicate would be another replica's attempt at the same entries,
+    // made as soon as the first: by a later task's last notification it
+    // would have come.
+    let last = send(&b).await;
+    read_until(&mut lines, std::slice::from_ref(&last));
+    while let Ok(line) = printed.try_recv() {
+        lines.push(line);
+    }
+    let _ = listen.kill();
+    let _ = listen.wait();
+    let distinct: std::collections::HashSet<&String> = lines.iter().collect();
+    assert_eq!(distinct.len(), lines.len(), "no notification twice");
+    for id in &sent {
+        // WORKING, 10 updates, COMPLETED.
+        let of_task = lines.iter().filter(|l| l.contains(id.as_str())).count();
+        assert_eq!(of_task, 12, "task {id}");
+    }
 }

@@ -401,6 +401,59 @@ impl Schedule {
     }
 }
 
+/// What the one process delivering push notifications holds among those
+/// sharing a store ([`TaskStore::hold`]).
+pub const DELIVERY_ROLE: &str = "push-delivery";
+
+/// Delivers push notifications until `shutdown` while this process holds
+/// [`DELIVERY_ROLE`], so that replicas sharing a store deliver each once
+/// (at least once: a holder cut off from the store for a lease may
+/// overlap with the next one for an attempt). The role is renewed every
+/// third of the store's lease; lost, delivery stops here, and starts
+/// again, from the outbox's start, once it is held again. A store of one
+/// process is always held.
+pub async fn deliver_while_held(
+    store: Arc<dyn TaskStore>,
+    settings: Settings,
+    signal: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let every = store.lease().map_or(POLL_EVERY, |l| l / 3);
+    loop {
+        loop {
+            match store.hold(DELIVERY_ROLE).await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot tell who delivers push notifications"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+        tracing::info!("delivering push notifications");
+        let held = shutdown.child_token();
+        let dispatcher = Dispatcher::new(store.clone(), settings.clone(), signal.clone());
+        let mut running = tokio::spawn(dispatcher.run(held.clone()));
+        loop {
+            tokio::select! {
+                _ = &mut running => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            match store.hold(DELIVERY_ROLE).await {
+                Ok(true) => continue,
+                Ok(false) => tracing::info!("another replica delivers push notifications now"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot renew the push delivery role; stopping")
+                }
+            }
+            break;
+        }
+        held.cancel();
+        let _ = running.await;
+    }
+}
+
 impl Dispatcher {
     pub fn new(store: Arc<dyn TaskStore>, settings: Settings, signal: Arc<Notify>) -> Self {
         Dispatcher {

@@ -977,7 +977,14 @@ impl TaskManager {
                         }
                         false
                     }
-                    Ok(Change::Gap) | Err(RecvError::Lagged(_)) => true,
+                    Ok(Change::Outbox) => {
+                        self.shared.outbox.notify_one();
+                        false
+                    }
+                    Ok(Change::Gap) | Err(RecvError::Lagged(_)) => {
+                        self.shared.outbox.notify_one();
+                        true
+                    }
                     Err(RecvError::Closed) => return,
                 },
                 _ = ticks.tick() => true,

@@ -234,6 +234,8 @@ pub enum Change {
     /// Changes may have been missed (the feed reconnected): whoever
     /// follows tasks catches up on all of them.
     Gap,
+    /// Push notifications were added to the outbox.
+    Outbox,
 }
 
 /// A task as stored now and the events committed since a version
@@ -443,6 +445,15 @@ pub trait TaskStore: Send + Sync + 'static {
             task,
             events: Vec::new(),
         }))
+    }
+
+    /// Whether this process holds `role`, which one process at a time of
+    /// those sharing the store holds (push delivery): taken when free or
+    /// when its holder has not renewed it for a lease, renewed by holding
+    /// it again (call it every third of [`TaskStore::lease`]). A store of
+    /// one process: always.
+    async fn hold(&self, _role: &str) -> Result<bool, StoreError> {
+        Ok(true)
     }
 
     /// Whether this process should run the periodic job `job` now, at most

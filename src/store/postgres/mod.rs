@@ -51,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0001_tasks.sql"),
     include_str!("../../../migrations/postgres/0002_replicas.sql"),
     include_str!("../../../migrations/postgres/0003_task_events.sql"),
+    include_str!("../../../migrations/postgres/0004_job_holders.sql"),
 ];
 
 /// How long each write's events are kept for other replicas' subscribers
@@ -309,7 +310,12 @@ async fn listen(config: tokio_postgres::Config, changes: broadcast::Sender<Chang
                     while let Some(message) = messages.next().await {
                         match message {
                             Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
-                                if tx.send(n.payload().to_owned()).is_err() {
+                                let payload = if n.channel() == writer::OUTBOX_CHANNEL {
+                                    None
+                                } else {
+                                    Some(n.payload().to_owned())
+                                };
+                                if tx.send(payload).is_err() {
                                     return;
                                 }
                             }
@@ -331,6 +337,10 @@ async fn listen(config: tokio_postgres::Config, changes: broadcast::Sender<Chang
                             let _ = changes.send(Change::Gap);
                         }
                         while let Some(payload) = payloads.recv().await {
+                            let Some(payload) = payload else {
+                                let _ = changes.send(Change::Outbox);
+                                continue;
+                            };
                             for (tenant, task_id, version) in writer::parse_notification(&payload) {
                                 let _ = changes.send(Change::Task {
                                     tenant,
@@ -612,6 +622,21 @@ impl TaskStore for PostgresStore {
     async fn take_turn(&self, job: &str, every: Duration) -> Result<bool, StoreError> {
         let client = self.client().await?;
         take_turn(&client, job, every).await
+    }
+
+    async fn hold(&self, role: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "INSERT INTO a2a_jobs (name, last_run, holder) VALUES ($1, now(), $2) \
+                 ON CONFLICT (name) DO UPDATE SET last_run = now(), holder = $2 \
+                 WHERE a2a_jobs.holder = $2 \
+                 OR a2a_jobs.last_run < now() - make_interval(secs => $3) RETURNING 1",
+                &[&role, &self.replica, &self.lease.as_secs_f64()],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(row.is_some())
     }
 
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {

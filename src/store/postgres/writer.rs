@@ -64,9 +64,12 @@ const CLAIM: &str = "INSERT INTO origin_claims (tenant, origin, replica) \
 const EVENTS: &str = "INSERT INTO task_events (tenant, task_id, version, events) \
      SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::bytea[]) \
      ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()";
-const NOTIFY: &str = "SELECT pg_notify('a2a_tasks', $1)"; // CHANNEL
+const NOTIFY: &str = "SELECT pg_notify($1, $2)";
 /// The channel replicas hear committed task writes on.
 pub(super) const CHANNEL: &str = "a2a_tasks";
+/// The channel the replica delivering push notifications hears of new
+/// outbox entries on.
+pub(super) const OUTBOX_CHANNEL: &str = "a2a_outbox";
 /// Bytes of changes one notification carries at most (PostgreSQL's limit
 /// on a payload is 8000).
 const NOTIFY_BYTES: usize = 7900;
@@ -474,7 +477,11 @@ async fn statements(
         after.push(tx.execute_raw(events, params));
     }
     for payload in &payloads {
-        let params: Vec<&Param<'_>> = vec![payload];
+        let params: Vec<&Param<'_>> = vec![&CHANNEL, payload];
+        after.push(tx.execute_raw(notify, params));
+    }
+    if !pushes.is_empty() {
+        let params: Vec<&Param<'_>> = vec![&OUTBOX_CHANNEL, &""];
         after.push(tx.execute_raw(notify, params));
     }
     for [tenant, id, config, event] in &pushes {
