@@ -342,12 +342,25 @@ pub(crate) struct LiveTask {
     /// An atomic beside `runs` rather than in it: every event is tagged
     /// with it and reads it without that lock.
     current_run: std::sync::atomic::AtomicU64,
+    /// Marked as watched in a store shared by replicas
+    /// ([`crate::store::TaskStore::watch`]): unmarked when dropped.
+    watched: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for LiveTask {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.upgrade() {
             shared.forget(&self.key);
+            if self.watched.load(std::sync::atomic::Ordering::Relaxed)
+                && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            {
+                let (store, key) = (shared.store.clone(), self.key.clone());
+                runtime.spawn(async move {
+                    if let Err(e) = store.watch(&key.tenant, &key.id, false).await {
+                        tracing::debug!(task_id = %key.id, error = %e, "could not stop watching a task");
+                    }
+                });
+            }
         }
     }
 }
@@ -386,6 +399,7 @@ impl LiveTask {
             }),
             runs: Mutex::new(Runs::default()),
             current_run: std::sync::atomic::AtomicU64::new(0),
+            watched: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -397,6 +411,18 @@ impl LiveTask {
     pub(crate) async fn lock_loaded(&self, shared: &Shared) -> Result<StateGuard<'_>, A2aError> {
         let mut guard = self.state.lock().await;
         if guard.is_none() {
+            // Loaded here, so run elsewhere (a task this process creates is
+            // installed, not loaded) or nowhere: watched before it is read,
+            // so that no write after the read goes unannounced.
+            if shared.replicated && !self.watched.load(std::sync::atomic::Ordering::Relaxed) {
+                shared
+                    .store
+                    .watch(&self.key.tenant, &self.key.id, true)
+                    .await
+                    .map_err(store_error)?;
+                self.watched
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             let stored = shared
                 .store
                 .get(&self.key.tenant, &self.key.id)

@@ -966,6 +966,8 @@ impl TaskManager {
         let mut ticks = tokio::time::interval(CATCH_UP_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Some(true): every loaded task (after a gap, a run here may
+            // have missed a cancel); Some(false): the followed ones.
             let all = tokio::select! {
                 change = changes.recv() => match change {
                     Ok(Change::Task { tenant, task_id, version }) => {
@@ -975,23 +977,23 @@ impl TaskManager {
                         {
                             tokio::spawn(live.catch_up(self.shared.clone()));
                         }
-                        false
+                        None
                     }
                     Ok(Change::Outbox) => {
                         self.shared.outbox.notify_one();
-                        false
+                        None
                     }
                     Ok(Change::Gap) | Err(RecvError::Lagged(_)) => {
                         self.shared.outbox.notify_one();
-                        true
+                        Some(true)
                     }
                     Err(RecvError::Closed) => return,
                 },
-                _ = ticks.tick() => true,
+                _ = ticks.tick() => Some(false),
                 _ = shutdown.cancelled() => return,
             };
-            if all {
-                for live in self.shared.followed_remotely() {
+            if let Some(every) = all {
+                for live in self.shared.followed(every) {
                     tokio::spawn(live.catch_up(self.shared.clone()));
                 }
             }
@@ -1070,13 +1072,14 @@ impl Shared {
         map.get(key).and_then(Weak::upgrade)
     }
 
-    /// Every live handle followed here whose task another replica may be
-    /// changing (see [`LiveTask::followed_remotely`]).
-    fn followed_remotely(&self) -> Vec<Arc<LiveTask>> {
+    /// The live handles whose task another replica may be changing while
+    /// something here follows it ([`LiveTask::followed_remotely`]), or
+    /// with `every`, all of them.
+    fn followed(&self, every: bool) -> Vec<Arc<LiveTask>> {
         let map = self.live.lock().expect("live map poisoned");
         map.values()
             .filter_map(Weak::upgrade)
-            .filter(|l| l.followed_remotely())
+            .filter(|l| every || l.followed_remotely())
             .collect()
     }
 

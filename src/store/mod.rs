@@ -430,6 +430,14 @@ pub trait TaskStore: Send + Sync + 'static {
         None
     }
 
+    /// Marks (`on`) or unmarks the task as followed by this process
+    /// without its run here, so that a store shared by replicas announces
+    /// the run's writes to it ([`TaskStore::changes`]); a client's writes
+    /// are announced anyway. A store of one process: nothing to do.
+    async fn watch(&self, _tenant: &str, _task_id: &str, _on: bool) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The task as stored now and the events of each write after version
     /// `after` ([`TaskStore::changes`]); `None` when the task is gone.
     /// A store of one process keeps no events: it answers with the task

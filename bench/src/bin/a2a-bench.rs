@@ -128,6 +128,11 @@ struct Load {
 struct RunArgs {
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     target: String,
+    /// Fan-out: send the task to this server, another replica of the
+    /// target on one PostgreSQL database, while the subscribers are on
+    /// the target (cross-replica fan-out).
+    #[arg(long)]
+    send_target: Option<String>,
     #[arg(long, value_enum)]
     workload: Workload,
     #[command(flatten)]
@@ -156,6 +161,18 @@ struct SuiteArgs {
     /// Skip the SQLite-against-memory comparison.
     #[arg(long)]
     no_sqlite: bool,
+    /// Skip the PostgreSQL rows (non-blocking sends against the memory
+    /// store; fan-out with the subscribers on another replica).
+    #[arg(long)]
+    no_postgres: bool,
+    /// The PostgreSQL server of those rows; each suite uses a schema of its
+    /// own there, dropped after.
+    #[arg(
+        long,
+        env = "A2A_BENCH_POSTGRES",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    postgres: String,
     /// Skip the cost of authentication (the same server with and without
     /// `--auth`).
     #[arg(long)]
@@ -416,7 +433,21 @@ async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
             })
             .await
         }
-        Workload::Fanout => fanout(&clients, &args.load, args.subscribers, args.updates, pid).await,
+        Workload::Fanout => {
+            let senders = match &args.send_target {
+                Some(target) => connect(&args.load, target).await?,
+                None => clients.clone(),
+            };
+            fanout(
+                &clients,
+                &senders,
+                &args.load,
+                args.subscribers,
+                args.updates,
+                pid,
+            )
+            .await
+        }
         Workload::CreateMany => create_many(&clients, &args.load, args.tasks, pid).await,
     }
 }
@@ -468,6 +499,7 @@ fn sequence(payload: &Payload) -> (Option<u32>, bool) {
 /// of every round added up; CPU over all of them.
 async fn fanout(
     clients: &[Client],
+    senders: &[Client],
     load: &Load,
     subscribers: usize,
     updates: u32,
@@ -478,7 +510,7 @@ async fn fanout(
     let mut total = Outcome::default();
     let mut rounds = 0;
     while rounds < FANOUT_MIN_ROUNDS || start.elapsed() < load.duration {
-        let round = fanout_round(clients, &load.tenant, subscribers, updates).await?;
+        let round = fanout_round(clients, senders, &load.tenant, subscribers, updates).await?;
         total.requests += 1;
         total.events += round.events;
         total.lost += round.lost;
@@ -496,11 +528,12 @@ async fn fanout(
 /// subscriber must see 1..=K in order and the terminal event.
 async fn fanout_round(
     clients: &[Client],
+    senders: &[Client],
     tenant: &str,
     subscribers: usize,
     updates: u32,
 ) -> Result<Outcome, AnyError> {
-    let mut c = clients[0].clone();
+    let mut c = senders[0].clone();
     let text = format!("fanout:{updates}:{FANOUT_WAIT_MS}:0");
     let id = task_id_of(&mut c, send_request(tenant, &text, true)).await?;
     let first_event: Arc<std::sync::Mutex<Option<Instant>>> = Default::default();
@@ -761,6 +794,7 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         workload,
         load: args.load.clone(),
         server_pid: Some(server.pid()),
+        send_target: None,
         subscribers: 0,
         updates: 0,
         tasks: 0,
@@ -937,6 +971,12 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    if !args.no_postgres {
+        let (pg_rows, pg_json) = postgres_rows(args, &main_bin, &ours_args, server_cpus).await?;
+        rows.extend(pg_rows);
+        json.extend(pg_json);
+    }
+
     if !args.no_auth {
         let (auth_rows, auth_json) = auth_cost(args, &main_bin, &ours_args, server_cpus).await?;
         rows.extend(auth_rows);
@@ -1047,6 +1087,7 @@ async fn auth_cost(
             workload,
             load,
             server_pid: Some(server.pid()),
+            send_target: None,
             subscribers: 0,
             updates: 0,
             tasks: 0,
@@ -1143,6 +1184,7 @@ async fn push_cost(
             workload: Workload::Send,
             load,
             server_pid: Some(server.pid()),
+            send_target: None,
             subscribers: 0,
             updates: 0,
             tasks: 0,
@@ -1293,4 +1335,131 @@ fn main() -> Result<(), AnyError> {
             Cmd::Suite(args) => suite(&args, split).await,
         }
     })
+}
+
+/// The PostgreSQL rows: non-blocking sends on the PostgreSQL store against
+/// the memory store, round by round; and fan-out with the agent on one
+/// replica and the subscribers on another.
+async fn postgres_rows(
+    args: &SuiteArgs,
+    main_bin: &Path,
+    ours_args: &[&str],
+    server_cpus: Option<&str>,
+) -> Result<(Vec<Row>, Vec<String>), AnyError> {
+    let (admin, connection) = tokio_postgres::connect(&args.postgres, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| {
+            format!(
+                "PostgreSQL at {}: {e} (--no-postgres skips these rows)",
+                args.postgres
+            )
+        })?;
+    tokio::spawn(connection);
+    let schema = format!("a2a_bench_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await?;
+    let separator = if args.postgres.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
+    let store = format!(
+        "{}{separator}options=-csearch_path%3D{schema}",
+        args.postgres
+    );
+    let replica_args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        &store,
+        "--default-agent",
+        "bench",
+    ];
+    let run = |server: &Server, workload: Workload| RunArgs {
+        target: server.url.clone(),
+        workload,
+        load: args.load.clone(),
+        server_pid: Some(server.pid()),
+        send_target: None,
+        subscribers: 64,
+        updates: 200,
+        tasks: 0,
+    };
+    let mut rows = Vec::new();
+    let mut json = Vec::new();
+    {
+        let mem = spawn_server(main_bin, ours_args, server_cpus)?;
+        let pg = spawn_server(main_bin, &replica_args, server_cpus)?;
+        let (mut r, mut m, mut p, mut cpu) = (vec![], vec![], vec![], vec![]);
+        for round in 1..=args.rounds {
+            let om = run_workload(&run(&mem, Workload::Send)).await?;
+            let op = run_workload(&run(&pg, Workload::Send)).await?;
+            eprintln!(
+                "round {round} PostgreSQL: memory {:.0} req/s, postgres {:.0} req/s",
+                om.rate(),
+                op.rate()
+            );
+            m.push(om.rate());
+            p.push(op.rate());
+            r.push(op.rate() / om.rate());
+            cpu.push(op.cpu_us_per_request().unwrap_or(f64::NAN));
+        }
+        let ratio = median(r);
+        rows.push(Row {
+            name: "PostgreSQL store, non-blocking send".into(),
+            bare: median(m),
+            tuned: f64::NAN,
+            ours: median(p),
+            unit: "req/s (memory vs PostgreSQL)",
+            ratio,
+            ratio_tuned: f64::NAN,
+            target: ">= 0.30 of memory".into(),
+            ok: ratio >= 0.30,
+            extra: format!("server CPU {:.0} µs/req", median(cpu)),
+        });
+        json.push(format!(
+            "{{\"name\":\"postgres_send\",\"ratio\":{ratio:.3}}}"
+        ));
+    }
+    {
+        // Two replicas: the agent runs on `a`, the subscribers are on `b`.
+        let a = spawn_server(main_bin, &replica_args, server_cpus)?;
+        let b = spawn_server(main_bin, &replica_args, server_cpus)?;
+        let mut fan = run(&b, Workload::Fanout);
+        fan.send_target = Some(a.url.clone());
+        let (mut rates, mut lost, mut subs) = (vec![], 0, 0);
+        for round in 1..=args.rounds {
+            let o = run_workload(&fan).await?;
+            let rate = o.events as f64 / o.elapsed.as_secs_f64();
+            eprintln!(
+                "round {round} cross-replica fan-out: {rate:.0} events/s, lost {}",
+                o.lost
+            );
+            rates.push(rate);
+            lost += o.lost;
+            subs += o.subscriptions;
+        }
+        let rate = median(rates);
+        rows.push(Row {
+            name: "PostgreSQL, fan-out across replicas (64 subscribers on b, agent on a)".into(),
+            bare: f64::NAN,
+            tuned: f64::NAN,
+            ours: rate,
+            unit: "events/s delivered",
+            ratio: f64::NAN,
+            ratio_tuned: f64::NAN,
+            target: "none lost".into(),
+            ok: lost == 0,
+            extra: format!("lost {lost} of {subs} subscriptions"),
+        });
+        json.push(format!(
+            "{{\"name\":\"postgres_cross_replica_fanout\",\"events_per_s\":{rate:.0},\"lost\":{lost},\"subscriptions\":{subs}}}"
+        ));
+    }
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await?;
+    Ok((rows, json))
 }

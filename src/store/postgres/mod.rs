@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0002_replicas.sql"),
     include_str!("../../../migrations/postgres/0003_task_events.sql"),
     include_str!("../../../migrations/postgres/0004_job_holders.sql"),
+    include_str!("../../../migrations/postgres/0005_task_watchers.sql"),
 ];
 
 /// How long each write's events are kept for other replicas' subscribers
@@ -245,7 +246,8 @@ fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
 }
 
 /// Renews the lease for as long as the store lives; one replica per
-/// [`EVENT_LOG_TRIM_EVERY`] also trims the event log.
+/// [`EVENT_LOG_TRIM_EVERY`] also trims the event log and forgets what dead
+/// replicas watched.
 async fn keep_lease(pool: Pool, replica: Vec<u8>, lease: Duration) {
     let mut ticks = tokio::time::interval(lease / RENEWALS_PER_LEASE);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -269,6 +271,15 @@ async fn trim_event_log(pool: &Pool) -> Result<(), StoreError> {
         .execute(
             "DELETE FROM task_events WHERE at < now() - make_interval(secs => $1)",
             &[&EVENT_LOG_RETAIN.as_secs_f64()],
+        )
+        .await
+        .map_err(unavailable)?;
+    // What replicas whose lease ran out were watching.
+    client
+        .execute(
+            "DELETE FROM task_watchers w USING replicas r \
+             WHERE w.replica = r.id AND r.lease_until < now()",
+            &[],
         )
         .await
         .map_err(unavailable)?;
@@ -637,6 +648,24 @@ impl TaskStore for PostgresStore {
             .await
             .map_err(unavailable)?;
         Ok(row.is_some())
+    }
+
+    async fn watch(&self, tenant: &str, task_id: &str, on: bool) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let sql = if on {
+            "INSERT INTO task_watchers (tenant, task_id, replica) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM task_watchers WHERE tenant = $1 AND task_id = $2 AND replica = $3"
+        };
+        client
+            .execute(
+                sql,
+                &[&tenant.as_bytes(), &task_id.as_bytes(), &self.replica],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {

@@ -43,38 +43,68 @@ pub const WRITE_QUEUE: usize = 4096;
 /// failure.
 const RETRIES: usize = 3;
 
-const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
+/// The creates, and their events (`task_events`) for those made.
+const INSERT: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
+     $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::bytea[], $9::bytea[], $11::bytea[]) \
+     AS u(tenant, id, context_id, state, s, n, owner, origin, record, events)), \
+     made AS (INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
      status_nanos, owner, origin, version, record, runner) \
-     SELECT tenant, id, context_id, state, s, n, owner, origin, 1, record, $10 \
-     FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::int4[], $5::int8[], $6::int4[], \
-     $7::bytea[], $8::bytea[], $9::bytea[]) \
-     AS u(tenant, id, context_id, state, s, n, owner, origin, record) \
-     ON CONFLICT DO NOTHING RETURNING tenant, id";
-const UPDATE: &str = "UPDATE tasks AS t SET context_id = u.context_id, state = u.state, \
+     SELECT tenant, id, context_id, state, s, n, owner, origin, 1, record, $10 FROM u \
+     ON CONFLICT DO NOTHING RETURNING tenant, id), \
+     logged AS (INSERT INTO task_events (tenant, task_id, version, events) \
+     SELECT u.tenant, u.id, 1, u.events FROM made JOIN u USING (tenant, id) \
+     ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()) \
+     SELECT tenant, id FROM made";
+/// The updates, and their events for those made.
+const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
+     $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::int8[], $9::bool[], $11::bytea[]) \
+     AS u(tenant, id, context_id, state, s, n, record, expected, by_run, events)), \
+     made AS (UPDATE tasks AS t SET context_id = u.context_id, state = u.state, \
      status_seconds = u.s, status_nanos = u.n, version = t.version + 1, record = u.record, \
      runner = CASE WHEN u.by_run THEN $10 ELSE t.runner END \
-     FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::int4[], $5::int8[], $6::int4[], \
-     $7::bytea[], $8::int8[], $9::bool[]) \
-     AS u(tenant, id, context_id, state, s, n, record, expected, by_run) \
-     WHERE t.tenant = u.tenant AND t.id = u.id AND t.version = u.expected \
-     RETURNING t.tenant, t.id, t.version";
+     FROM u WHERE t.tenant = u.tenant AND t.id = u.id AND t.version = u.expected \
+     RETURNING t.tenant, t.id, t.version), \
+     logged AS (INSERT INTO task_events (tenant, task_id, version, events) \
+     SELECT made.tenant, made.id, made.version, u.events FROM made JOIN u USING (tenant, id) \
+     ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()) \
+     SELECT tenant, id, version FROM made";
 const CLAIM: &str = "INSERT INTO origin_claims (tenant, origin, replica) \
      SELECT tenant, origin, $3 FROM unnest($1::bytea[], $2::bytea[]) AS u(tenant, origin) \
      ON CONFLICT DO NOTHING RETURNING tenant, origin";
-const EVENTS: &str = "INSERT INTO task_events (tenant, task_id, version, events) \
-     SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::bytea[]) \
-     ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()";
-const NOTIFY: &str = "SELECT pg_notify($1, $2)";
+/// The advisory lock writers of push notifications hold to their commit.
+const OUTBOX_LOCK: i64 = 0x0a2a_11fe_c7c1_e003;
+
+/// The push notifications of the task writes this transaction made:
+/// each entry names its task write (tenant, task_id, version), and is kept
+/// if that task row is at that version and was written by this
+/// transaction (its `xmin`). The task is looked up by key for each entry
+/// (the `OFFSET 0` keeps the lookup a nested index probe, whatever the
+/// table's size), in entry order.
+const OUTBOX: &str = "INSERT INTO push_outbox (tenant, task_id, config_id, event) \
+     SELECT u.tenant, u.task_id, u.config_id, u.event \
+     FROM unnest($1::bytea[], $2::bytea[], $3::int8[], $4::bytea[], $5::bytea[]) \
+     WITH ORDINALITY AS u(tenant, task_id, version, config_id, event, n) \
+     CROSS JOIN LATERAL (SELECT t.version, t.xmin FROM tasks t \
+     WHERE t.tenant = u.tenant AND t.id = u.task_id OFFSET 0) AS t \
+     WHERE t.version = u.version \
+     AND t.xmin = (pg_current_xact_id()::text::bigint % 4294967296)::text::xid \
+     ORDER BY u.n";
+/// One notification per write that some replica must hear of: a client's
+/// or the server's (`always`), or a run's to a task a replica watches
+/// (`task_watchers`). A transaction that notifies takes a lock at commit
+/// that every other notifying one waits for, through its WAL flush: a
+/// notification per write made the writers commit one at a time (measured:
+/// half the sends per second).
+const NOTIFY: &str = "SELECT pg_notify($1, n.p) \
+     FROM unnest($2::text[], $3::bytea[], $4::bytea[], $5::bool[]) AS n(p, tenant, task_id, always) \
+     WHERE n.always OR EXISTS (SELECT 1 FROM task_watchers w \
+     WHERE w.tenant = n.tenant AND w.task_id = n.task_id)";
+const NOTIFY_OUTBOX: &str = "SELECT pg_notify($1, '')";
 /// The channel replicas hear committed task writes on.
 pub(super) const CHANNEL: &str = "a2a_tasks";
 /// The channel the replica delivering push notifications hears of new
 /// outbox entries on.
 pub(super) const OUTBOX_CHANNEL: &str = "a2a_outbox";
-/// Bytes of changes one notification carries at most (PostgreSQL's limit
-/// on a payload is 8000).
-const NOTIFY_BYTES: usize = 7900;
-const OUTBOX: &str = "INSERT INTO push_outbox (tenant, task_id, config_id, event) \
-     VALUES ($1, $2, $3, $4)";
 
 /// One write: a task's create or update, or a new message's claim.
 pub(super) struct Write {
@@ -98,13 +128,6 @@ impl Write {
         match &self.kind {
             Kind::Claim(origin) => (0, &self.tenant, origin),
             Kind::Create(t) | Kind::Update(t, _) => (1, &self.tenant, t.id.as_bytes()),
-        }
-    }
-
-    fn task(&self) -> Option<&EncodedTask> {
-        match &self.kind {
-            Kind::Create(t) | Kind::Update(t, _) => Some(t),
-            Kind::Claim(_) => None,
         }
     }
 }
@@ -248,16 +271,29 @@ fn column<'a>(
     writes.iter().map(|(_, t)| field(t)).collect()
 }
 
-/// A statement parameter.
-type Param<'a> = dyn tokio_postgres::types::ToSql + Sync + 'a;
-
 /// A task's key as the writes' statements return it.
 type Key = (Vec<u8>, Vec<u8>);
 
-/// One transaction for the whole batch: one statement for its creates and
-/// one for its updates, each over arrays of the rows (a statement per row
-/// cost about as much again in the database and in this process), then
-/// the outbox.
+/// The statement parameters of a batch's task writes, by column.
+struct Columns<'a> {
+    tenants: Vec<&'a [u8]>,
+    ids: Vec<&'a [u8]>,
+}
+
+/// One transaction for the whole batch, in one round trip: BEGIN, one
+/// statement each for the claims, the creates and the updates (over arrays
+/// of the rows: a statement per row cost about as much again in the
+/// database and in this process), the writes' events and push
+/// notifications, the notifications to the other replicas, and COMMIT,
+/// all pipelined on one connection (tokio-postgres sends what is polled
+/// together without waiting for answers).
+///
+/// The events and push notifications are inserted only for the task rows
+/// this transaction wrote (their `xmin`), so a refused write leaves none.
+/// COMMIT is sent before the statements' answers are read: if one failed,
+/// PostgreSQL has aborted the transaction and answers the COMMIT with a
+/// rollback, and the failure is reported from the statement's own answer,
+/// so nothing is acknowledged that did not commit.
 async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure> {
     let client = cx
         .pool
@@ -268,38 +304,14 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     let update = client.prepare_cached(UPDATE).await?;
     let claim = client.prepare_cached(CLAIM).await?;
     let outbox = client.prepare_cached(OUTBOX).await?;
-    let events = client.prepare_cached(EVENTS).await?;
     let notify = client.prepare_cached(NOTIFY).await?;
-    // BEGIN goes out in the same round trip as the statements (tokio-
-    // postgres pipelines what is polled together); a failure rolls back.
+    let notify_outbox = client.prepare_cached(NOTIFY_OUTBOX).await?;
+    let lock = client
+        .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+        .await?;
     let tx: &tokio_postgres::Client = &client;
-    match statements(
-        tx,
-        batch,
-        &cx.replica,
-        [&insert, &update, &claim, &outbox, &events, &notify],
-    )
-    .await
-    {
-        Ok(done) => {
-            tx.batch_execute("COMMIT").await?;
-            Ok(done)
-        }
-        Err(e) => {
-            // On a broken connection this fails too, and the pool drops it.
-            let _ = tx.batch_execute("ROLLBACK").await;
-            Err(e)
-        }
-    }
-}
+    let replica = cx.replica.as_slice();
 
-/// The batch's statements, from BEGIN to just before COMMIT.
-async fn statements(
-    tx: &tokio_postgres::Client,
-    batch: &[Write],
-    replica: &[u8],
-    [insert, update, claim, outbox, events, notify]: [&tokio_postgres::Statement; 6],
-) -> Result<Vec<Done>, Failure> {
     let creates: Vec<(&Write, &EncodedTask)> = batch
         .iter()
         .filter_map(|w| match &w.kind {
@@ -321,13 +333,46 @@ async fn statements(
             _ => None,
         })
         .collect();
-    let begin = tx.batch_execute("BEGIN");
+    let written: Vec<(&Write, &EncodedTask, i64)> = batch
+        .iter()
+        .filter_map(|w| match &w.kind {
+            Kind::Create(t) => Some((w, t, 1)),
+            Kind::Update(t, expected) => Some((w, t, *expected as i64 + 1)),
+            Kind::Claim(_) => None,
+        })
+        .collect();
+    let cols = Columns {
+        tenants: written.iter().map(|(w, ..)| w.tenant.as_bytes()).collect(),
+        ids: written.iter().map(|(_, t, _)| t.id.as_bytes()).collect(),
+    };
+    // Push notifications, in write order.
+    let mut push: [Vec<&[u8]>; 4] = Default::default();
+    let mut push_versions: Vec<i64> = Vec::new();
+    for (w, t, v) in &written {
+        for e in &t.outbox {
+            push[0].push(w.tenant.as_bytes());
+            push[1].push(t.id.as_bytes());
+            push[2].push(e.config_id.as_bytes());
+            push[3].push(e.event.as_slice());
+            push_versions.push(*v);
+        }
+    }
+    let payloads: Vec<String> = written
+        .iter()
+        .map(|(w, t, v)| notification(&w.tenant, &t.id, *v as u64))
+        .collect();
+    let always: Vec<bool> = written.iter().map(|(_, t, _)| !t.by_run).collect();
+
+    // Planned for each batch, with its arrays' sizes and the tables' as
+    // they are now: a generic plan cached while the tables were small
+    // scans them whole once they are not.
+    let begin = tx.batch_execute("BEGIN; SET LOCAL plan_cache_mode = force_custom_plan");
     let claimed = async {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
         tx.query(
-            claim,
+            &claim,
             &[
                 &claims
                     .iter()
@@ -344,7 +389,7 @@ async fn statements(
             return Ok(Vec::new());
         }
         tx.query(
-            insert,
+            &insert,
             &[
                 &creates
                     .iter()
@@ -362,6 +407,7 @@ async fn statements(
                 &column(&creates, |t| &t.origin),
                 &column(&creates, |t| &t.bytes),
                 &replica,
+                &column(&creates, |t| &t.events),
             ],
         )
         .await
@@ -371,7 +417,7 @@ async fn statements(
             return Ok(Vec::new());
         }
         tx.query(
-            update,
+            &update,
             &[
                 &updates
                     .iter()
@@ -404,12 +450,76 @@ async fn statements(
                 &updates.iter().map(|(.., e)| *e as i64).collect::<Vec<_>>(),
                 &updates.iter().map(|(_, t, _)| t.by_run).collect::<Vec<_>>(),
                 &replica,
+                &updates
+                    .iter()
+                    .map(|(_, t, _)| t.events.as_slice())
+                    .collect::<Vec<_>>(),
             ],
         )
         .await
     };
-    let ((), claimed, created, updated) =
-        futures_util::future::try_join4(begin, claimed, created, updated).await?;
+    // Outbox rows take their `seq` in commit order (delivery reads the
+    // outbox from where its last read ended, and must not pass a row a
+    // transaction still to commit holds): writers of push notifications,
+    // on every replica, take turns from here to their commit. Every row
+    // this transaction locks is locked by then, so the turns cannot
+    // deadlock with them.
+    let locked = async {
+        if push_versions.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(&lock, &[&OUTBOX_LOCK]).await
+    };
+    let pushed = async {
+        if push_versions.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(
+            &outbox,
+            &[&push[0], &push[1], &push_versions, &push[2], &push[3]],
+        )
+        .await
+    };
+    let notified = async {
+        if written.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(
+            &notify,
+            &[&CHANNEL, &payloads, &cols.tenants, &cols.ids, &always],
+        )
+        .await
+    };
+    let outbox_notified = async {
+        if push_versions.is_empty() {
+            return Ok(0);
+        }
+        tx.execute(&notify_outbox, &[&OUTBOX_CHANNEL]).await
+    };
+    let commit = tx.batch_execute("COMMIT");
+    // Polled in this order, so sent in this order: each future sends its
+    // statement at its first poll, before it waits for anything.
+    let (begun, claimed, created, updated, locked, pushed, notified, outbox_notified, committed) = tokio::join!(
+        begin,
+        claimed,
+        created,
+        updated,
+        locked,
+        pushed,
+        notified,
+        outbox_notified,
+        commit
+    );
+    // The first failure is the one to report (a later statement of an
+    // aborted transaction only says it was aborted).
+    begun?;
+    let (claimed, created, updated) = (claimed?, created?, updated?);
+    locked?;
+    pushed?;
+    notified?;
+    outbox_notified?;
+    committed?;
+
     let keys = |rows: Vec<tokio_postgres::Row>| -> HashSet<Key> {
         rows.into_iter().map(|r| (r.get(0), r.get(1))).collect()
     };
@@ -418,7 +528,7 @@ async fn statements(
         .into_iter()
         .map(|r| ((r.get(0), r.get(1)), r.get(2)))
         .collect();
-    let done: Vec<Done> = batch
+    Ok(batch
         .iter()
         .map(|w| {
             let tenant = w.tenant.as_bytes().to_vec();
@@ -433,85 +543,17 @@ async fn statements(
             };
             version.map_or(Done::Refused, Done::Written)
         })
-        .collect();
-    // What the writes that were made commit with them: their events (the
-    // log other replicas' subscribers catch up from), a notification of
-    // each (a wake-up for those replicas, sent at commit) and their push
-    // notifications (a transactional outbox), in write order.
-    let written: Vec<(&Write, &EncodedTask, u64)> = batch
-        .iter()
-        .zip(&done)
-        .filter_map(|(w, d)| match (w.task(), d) {
-            (Some(t), Done::Written(v)) => Some((w, t, *v)),
-            _ => None,
-        })
-        .collect();
-    let tenants: Vec<&[u8]> = written.iter().map(|(w, ..)| w.tenant.as_bytes()).collect();
-    let ids: Vec<&[u8]> = written.iter().map(|(_, t, _)| t.id.as_bytes()).collect();
-    let versions: Vec<i64> = written.iter().map(|(.., v)| *v as i64).collect();
-    let logged: Vec<&[u8]> = written
-        .iter()
-        .map(|(_, t, _)| t.events.as_slice())
-        .collect();
-    let payloads = notifications(
-        written
-            .iter()
-            .map(|(w, t, v)| (w.tenant.as_str(), t.id.as_str(), *v)),
-    );
-    let pushes: Vec<[&[u8]; 4]> = written
-        .iter()
-        .flat_map(|(w, t, _)| {
-            t.outbox.iter().map(|e| {
-                [
-                    w.tenant.as_bytes(),
-                    t.id.as_bytes(),
-                    e.config_id.as_bytes(),
-                    e.event.as_slice(),
-                ]
-            })
-        })
-        .collect();
-    let mut after = Vec::new();
-    if !written.is_empty() {
-        let params: Vec<&Param<'_>> = vec![&tenants, &ids, &versions, &logged];
-        after.push(tx.execute_raw(events, params));
-    }
-    for payload in &payloads {
-        let params: Vec<&Param<'_>> = vec![&CHANNEL, payload];
-        after.push(tx.execute_raw(notify, params));
-    }
-    if !pushes.is_empty() {
-        let params: Vec<&Param<'_>> = vec![&OUTBOX_CHANNEL, &""];
-        after.push(tx.execute_raw(notify, params));
-    }
-    for [tenant, id, config, event] in &pushes {
-        let params: Vec<&Param<'_>> = vec![tenant, id, config, event];
-        after.push(tx.execute_raw(outbox, params));
-    }
-    futures_util::future::try_join_all(after).await?;
-    Ok(done)
+        .collect())
 }
 
-/// The payloads of the notifications announcing `writes` (tenant, task
-/// id, new version): `{len}:{tenant}{len}:{id}{version}` and a newline per
-/// write (lengths in bytes, so any text parses back), at most
-/// [`NOTIFY_BYTES`] each.
-pub(super) fn notifications<'a>(
-    writes: impl Iterator<Item = (&'a str, &'a str, u64)>,
-) -> Vec<String> {
-    let mut payloads = vec![String::new()];
-    for (tenant, id, version) in writes {
-        let (tenant, id) = (escape(tenant), escape(id));
-        let line = format!("{}:{tenant}{}:{id}{version}\n", tenant.len(), id.len());
-        let last = payloads.last_mut().expect("one at least");
-        if !last.is_empty() && last.len() + line.len() > NOTIFY_BYTES {
-            payloads.push(line);
-        } else {
-            last.push_str(&line);
-        }
-    }
-    payloads.retain(|p| !p.is_empty());
-    payloads
+/// The payload of the notification announcing a write (tenant, task id,
+/// new version): `{len}:{tenant}{len}:{id}{version}` (lengths in bytes of
+/// the escaped text, so any text parses back). Ids and tenants are at
+/// most `service::validate::MAX_ID_BYTES` (256) bytes, so a payload stays
+/// far below PostgreSQL's 8000-byte limit.
+pub(super) fn notification(tenant: &str, id: &str, version: u64) -> String {
+    let (tenant, id) = (escape(tenant), escape(id));
+    format!("{}:{tenant}{}:{id}{version}", tenant.len(), id.len())
 }
 
 /// A payload is text without NUL: `%` and NUL are written `%25`, `%00`.
@@ -527,8 +569,8 @@ fn unescape(text: &str) -> String {
     text.replace("%00", "\0").replace("%25", "%")
 }
 
-/// The writes a notification's payload announces ([`notifications`]);
-/// what does not parse is skipped.
+/// The writes a notification's payload announces ([`notification`], one
+/// per line); what does not parse is skipped.
 pub(super) fn parse_notification(payload: &str) -> Vec<(String, String, u64)> {
     fn field<'a>(rest: &mut &'a str) -> Option<&'a str> {
         let (len, tail) = rest.split_once(':')?;
