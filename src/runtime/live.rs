@@ -814,6 +814,44 @@ impl LiveTask {
         record
     }
 
+    /// With a store shared by replicas, once this replica's run of the
+    /// task has ended while something here still follows it (a stream, a
+    /// waiting request): the next run may be another replica's, so the
+    /// task is watched from now on, and caught up once the watch is in
+    /// place (a write between the run's end and the watch is announced to
+    /// nobody).
+    fn watch_if_followed(self: &Arc<Self>, shared: &Arc<Shared>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !shared.replicated || self.watched.load(Relaxed) {
+            return;
+        }
+        let followed = self.progress.receiver_count() > 0
+            || self.state.try_lock().map_or(true, |g| {
+                g.as_ref()
+                    .and_then(|l| l.events.as_ref())
+                    .is_some_and(|tx| tx.receiver_count() > 0)
+            });
+        if !followed {
+            return;
+        }
+        let (live, shared) = (self.clone(), shared.clone());
+        tokio::spawn(async move {
+            match shared
+                .store
+                .watch(&live.key.tenant, &live.key.id, true)
+                .await
+            {
+                Ok(()) => {
+                    live.watched.store(true, Relaxed);
+                    live.catch_up(shared).await;
+                }
+                Err(e) => {
+                    tracing::debug!(task_id = %live.key.id, error = %e, "could not watch a task; followed by the periodic look")
+                }
+            }
+        });
+    }
+
     /// Whether the cached task is older than `version` (and not being
     /// written here: a write of this replica's would see the conflict and
     /// catch up itself).
@@ -1159,6 +1197,7 @@ impl LiveTask {
         };
         self.progress
             .send_modify(|p| p.runs_finished = p.runs_finished.max(ended));
+        self.watch_if_followed(shared);
         match self.lock_loaded(shared).await {
             Ok(mut guard) => {
                 let loaded = guard.as_mut().expect("loaded");

@@ -43,19 +43,20 @@ pub const WRITE_QUEUE: usize = 4096;
 /// failure.
 const RETRIES: usize = 3;
 
-/// The creates, and their events (`task_events`) for those made.
-const INSERT: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
-     $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::bytea[], $9::bytea[], $11::bytea[]) \
-     AS u(tenant, id, context_id, state, s, n, owner, origin, record, events)), \
-     made AS (INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
+/// The creates. A new task's first write logs no events: no replica
+/// watches it yet, and one that loads it later reads it at version 1 or
+/// after.
+const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
      status_nanos, owner, origin, version, record, runner) \
-     SELECT tenant, id, context_id, state, s, n, owner, origin, 1, record, $10 FROM u \
-     ON CONFLICT DO NOTHING RETURNING tenant, id), \
-     logged AS (INSERT INTO task_events (tenant, task_id, version, events) \
-     SELECT u.tenant, u.id, 1, u.events FROM made JOIN u USING (tenant, id) \
-     ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()) \
-     SELECT tenant, id FROM made";
-/// The updates, and their events for those made.
+     SELECT tenant, id, context_id, state, s, n, owner, origin, 1, record, $10 \
+     FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::int4[], $5::int8[], $6::int4[], \
+     $7::bytea[], $8::bytea[], $9::bytea[]) \
+     AS u(tenant, id, context_id, state, s, n, owner, origin, record) \
+     ON CONFLICT DO NOTHING RETURNING tenant, id";
+/// The updates, and the events of those made that another replica may
+/// need: a client's or the server's (the replica running the task must
+/// hear of a cancel), or any to a task a replica watches
+/// (`task_watchers`). Events nobody elsewhere follows are not logged.
 const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
      $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::int8[], $9::bool[], $11::bytea[]) \
      AS u(tenant, id, context_id, state, s, n, record, expected, by_run, events)), \
@@ -66,6 +67,8 @@ const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], 
      RETURNING t.tenant, t.id, t.version), \
      logged AS (INSERT INTO task_events (tenant, task_id, version, events) \
      SELECT made.tenant, made.id, made.version, u.events FROM made JOIN u USING (tenant, id) \
+     WHERE NOT u.by_run OR EXISTS (SELECT 1 FROM task_watchers w \
+     WHERE w.tenant = made.tenant AND w.task_id = made.id) \
      ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()) \
      SELECT tenant, id, version FROM made";
 const CLAIM: &str = "INSERT INTO origin_claims (tenant, origin, replica) \
@@ -407,7 +410,6 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
                 &column(&creates, |t| &t.origin),
                 &column(&creates, |t| &t.bytes),
                 &replica,
-                &column(&creates, |t| &t.events),
             ],
         )
         .await
