@@ -27,7 +27,8 @@ async fn serve_keeps_tasks_in_postgres_across_a_sigkill() {
     let Some(store) = support::postgres::fresh_schema().await else {
         return;
     };
-    let (mut first, server) = support::spawn_serve(&["--store", &store]);
+    let (first, server) = support::spawn_serve(&["--store", &store]);
+    let mut first = support::KillOnDrop(first);
     let mut grpc = support::within("connect", A2aServiceClient::connect(server))
         .await
         .unwrap();
@@ -36,14 +37,13 @@ async fn serve_keeps_tasks_in_postgres_across_a_sigkill() {
         support::state_of(&task),
         a2a_lifecycle::proto::TaskState::Completed
     );
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
-    let (mut again, server) = support::spawn_serve(&["--store", &store]);
+    first.0.kill().unwrap(); // SIGKILL
+    first.0.wait().unwrap();
+    let (again, server) = support::spawn_serve(&["--store", &store]);
+    let _again = support::KillOnDrop(again);
     let mut grpc = support::within("connect", A2aServiceClient::connect(server))
         .await
         .unwrap();
     let kept = support::get_task(&mut grpc, "", &task.id).await.unwrap();
     assert_eq!(kept, task, "the task survived the kill");
-    again.kill().unwrap();
-    again.wait().unwrap();
 }

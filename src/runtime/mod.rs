@@ -93,7 +93,7 @@ use crate::proto::{Message, Task, TaskState};
 use crate::store::{
     Caller, ListQuery, OriginClaim as StoreClaim, StoreError, TaskPage, TaskStore, origin_key,
 };
-use live::{Author, LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
+use live::{ApplyFailure, Author, LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
 
 /// How many events a subscriber may fall behind before it is resynchronised
 /// with a fresh Task snapshot (see [`stream`]). A slow subscriber never
@@ -365,6 +365,22 @@ pub(crate) fn store_error(err: StoreError) -> A2aError {
     }
 }
 
+/// A terminal task accepts no more messages (spec §3.1.1).
+fn accepts_messages(record: &crate::lifecycle::TaskRecord) -> Result<(), A2aError> {
+    let current = record.state();
+    if current.is_terminal() {
+        return Err(A2aError::unsupported(
+            format!(
+                "task {:?} is in terminal state {} and accepts no more messages",
+                record.task.id,
+                current.as_str_name()
+            ),
+            Some(&record.task.id),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a follow-up `message` may join the task `record` (its working
 /// copy: a cancel accepted but not yet committed counts), with `queued`
 /// messages already waiting for a run: not terminal, the same context, room
@@ -375,17 +391,7 @@ fn follow_up_admissible(
     queued: usize,
 ) -> Result<(), A2aError> {
     let task = &record.task;
-    let current = record.state();
-    if current.is_terminal() {
-        return Err(A2aError::unsupported(
-            format!(
-                "task {:?} is in terminal state {} and accepts no more messages",
-                task.id,
-                current.as_str_name()
-            ),
-            Some(&task.id),
-        ));
-    }
+    accepts_messages(record)?;
     if !message.context_id.is_empty() && message.context_id != task.context_id {
         return Err(A2aError::invalid(
             "message.context_id",
@@ -666,7 +672,21 @@ impl TaskManager {
         drop(state);
         // The client is told (snapshot, stream) only once the message is
         // committed; the flush that commits it admits its run.
-        commit.wait().await.map_err(store_error)?;
+        match commit.wait().await {
+            Ok(()) => {}
+            // Another writer (a replica) moved the task first and the
+            // message no longer applies: why, as if it had come after.
+            Err(StoreError::Conflict { .. }) => {
+                let state = live.lock_loaded(&self.shared).await?;
+                let loaded = state.as_ref().expect("loaded");
+                accepts_messages(&loaded.record)?;
+                return Err(A2aError::Unavailable(format!(
+                    "task {:?} changed while the message was being added; send it again",
+                    loaded.record.task.id
+                )));
+            }
+            Err(e) => return Err(store_error(e)),
+        }
         let mut state = live.lock_loaded(&self.shared).await?;
         let loaded = state.as_mut().expect("loaded");
         Ok(SendOutcome::Task(Box::new(live.handle(
@@ -809,8 +829,28 @@ impl TaskManager {
             TaskState::Canceled,
             "Task canceled at the client's request.",
         );
-        live.apply(&self.shared, state, event, Author::Server)
-            .await?;
+        match live.apply(&self.shared, state, event, Author::Server).await {
+            Ok(()) => {}
+            // Another writer (a replica) ended the task first: the cancel
+            // no longer applies to what is stored.
+            Err(ApplyFailure::Store(StoreError::Conflict { .. })) => {
+                let task = live
+                    .view(&self.shared, HistoryLength::Last(0), false)
+                    .await?;
+                let state = task_state(&task);
+                return Err(if state.is_terminal() {
+                    A2aError::TaskNotCancelable {
+                        task_id: id.to_owned(),
+                        state: state.as_str_name(),
+                    }
+                } else {
+                    A2aError::Unavailable(format!(
+                        "task {id:?} changed while it was being canceled; try again"
+                    ))
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
         let task = live.view(&self.shared, HistoryLength::All, true).await?;
         if let Some(agent) = self.shared.agents.route(tenant) {
             let ctx = RequestContext {

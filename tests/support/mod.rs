@@ -334,6 +334,18 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_a2a-lifecycle");
 /// Runs `a2a-lifecycle serve --listen 127.0.0.1:0 ARGS...` and reads the
 /// bound address from its log (no port races); returns the child and the
 /// server URL.
+/// A child process killed (SIGKILL) and reaped when dropped, so that a
+/// test that panics leaves no server behind (holding, say, PostgreSQL
+/// connections the next tests need).
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn spawn_serve(args: &[&str]) -> (Child, String) {
     let (child, url, lines) = spawn_serve_logged(args);
     // Keep draining stderr so the server never blocks on a full pipe.

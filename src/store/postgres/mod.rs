@@ -102,8 +102,10 @@ fn unavailable(e: impl std::error::Error) -> StoreError {
     // tokio-postgres says only "db error" at the top; the database's own
     // message is the source.
     let mut text = e.to_string();
-    if let Some(source) = e.source() {
-        text = format!("{text}: {source}");
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
     }
     StoreError::Unavailable(text)
 }
