@@ -46,8 +46,12 @@ struct Log {
     tasks: Vec<(String, String)>,
     /// Per task: each subscriber's events after its snapshot, and how its
     /// stream ended (`None`: normally).
-    streams: HashMap<String, Vec<(Vec<StreamResponse>, Option<tonic::Code>)>>,
+    streams: HashMap<String, Vec<Seen>>,
 }
+
+/// One stream: its events after the snapshot, and how it ended (`None`:
+/// normally).
+type Seen = (Vec<StreamResponse>, Option<tonic::Code>);
 
 async fn read_stream(
     mut stream: tonic::Streaming<StreamResponse>,
