@@ -493,3 +493,48 @@ async fn push_notifications_from_every_replica_are_delivered_once() {
         assert_eq!(of_task, 12, "task {id}");
     }
 }
+
+/// A follow-up's stream on one replica, for a task whose run is on
+/// another: it gets the running replica's events, the same as that
+/// replica's own subscriber from the point it joined, to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follow_up_stream_on_another_replica_gets_the_running_replicas_events() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let mut a = replica(&store, "10s").await;
+    let mut b = replica(&store, "10s").await;
+    // WORKING, a second's wait, then 50 updates 5 ms apart, COMPLETED.
+    let task = support::send_task(
+        &mut a.grpc,
+        support::request("", support::user_message("fanout:50:1000:5000"), true),
+    )
+    .await;
+    let on_a = within(
+        "subscribe on a",
+        a.grpc.subscribe_to_task(subscribe_request(&task.id)),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let on_a = tokio::spawn(events_after_snapshot(on_a));
+    let mut follow_up = support::user_message("and one more thing");
+    follow_up.task_id = task.id.clone();
+    let on_b = within(
+        "a follow-up stream on b",
+        b.grpc
+            .send_streaming_message(support::request("", follow_up, false)),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let (_, on_b) = events_after_snapshot(on_b).await;
+    let (_, on_a) = within("a's subscriber", on_a).await.unwrap();
+    assert_eq!(final_state(&on_b), Some(TaskState::Completed));
+    assert!(on_b.len() >= 51, "{} events on b", on_b.len());
+    assert_eq!(
+        on_b.as_slice(),
+        &on_a[on_a.len() - on_b.len()..],
+        "b's events are a's from where b joined"
+    );
+}

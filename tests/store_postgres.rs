@@ -47,3 +47,92 @@ async fn serve_keeps_tasks_in_postgres_across_a_sigkill() {
     let kept = support::get_task(&mut grpc, "", &task.id).await.unwrap();
     assert_eq!(kept, task, "the task survived the kill");
 }
+
+/// Two replicas' stores on one schema.
+async fn two_replicas() -> Option<(PostgresStore, PostgresStore)> {
+    let url = support::postgres::fresh_schema().await?;
+    let a = PostgresStore::open(&url).await.expect("open a");
+    let b = PostgresStore::open(&url).await.expect("open b");
+    assert_ne!(a.replica_id(), b.replica_id());
+    Some((a, b))
+}
+
+/// A periodic job runs once per interval across replicas: the first to
+/// ask takes the turn, the others are told no until the interval is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_job_runs_once_per_interval_across_replicas() {
+    let Some((a, b)) = two_replicas().await else {
+        return;
+    };
+    let hour = std::time::Duration::from_secs(3600);
+    assert!(a.take_turn("retention", hour).await.unwrap());
+    assert!(!b.take_turn("retention", hour).await.unwrap());
+    assert!(!a.take_turn("retention", hour).await.unwrap());
+    // Another job is its own.
+    assert!(b.take_turn("orphans", hour).await.unwrap());
+    // An interval of zero has passed already.
+    assert!(
+        b.take_turn("retention", std::time::Duration::ZERO)
+            .await
+            .unwrap()
+    );
+}
+
+/// A role (push delivery) is held by one replica at a time: renewed by
+/// its holder, refused to the others while the holder's lease runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_is_held_by_one_replica_at_a_time() {
+    let Some((a, b)) = two_replicas().await else {
+        return;
+    };
+    assert!(a.hold("push-delivery").await.unwrap());
+    assert!(!b.hold("push-delivery").await.unwrap());
+    assert!(
+        a.hold("push-delivery").await.unwrap(),
+        "renewed by its holder"
+    );
+    assert!(!b.hold("push-delivery").await.unwrap());
+}
+
+/// The same message claimed by two replicas: the first runs it, the
+/// second is told another replica answers it; once the first's task
+/// exists, the second gets that task; a claim whose run made no task is
+/// released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_is_claimed_by_one_replica() {
+    use a2a_lifecycle::store::OriginClaim;
+    let Some((a, b)) = two_replicas().await else {
+        return;
+    };
+    assert_eq!(
+        a.claim_origin("t", "", "m1").await.unwrap(),
+        OriginClaim::First
+    );
+    assert_eq!(
+        b.claim_origin("t", "", "m1").await.unwrap(),
+        OriginClaim::Elsewhere
+    );
+    let mut message = support::user_message("hello");
+    message.message_id = "m1".into();
+    let record = a2a_lifecycle::lifecycle::TaskRecord::submitted(
+        "task-1".into(),
+        "ctx".into(),
+        message,
+        a2a_lifecycle::runtime::now(),
+    );
+    a.create("t", &record).await.unwrap();
+    match b.claim_origin("t", "", "m1").await.unwrap() {
+        OriginClaim::Task(task) => assert_eq!(task.record.task.id, "task-1"),
+        other => panic!("expected the task, got {other:?}"),
+    }
+    // A direct reply: released, and the message may run again.
+    assert_eq!(
+        a.claim_origin("t", "", "m2").await.unwrap(),
+        OriginClaim::First
+    );
+    a.release_origin("t", "", "m2").await.unwrap();
+    assert_eq!(
+        b.claim_origin("t", "", "m2").await.unwrap(),
+        OriginClaim::First
+    );
+}

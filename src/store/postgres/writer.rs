@@ -6,9 +6,13 @@
 //! task write is queued for [`WRITERS`] writer tasks; each takes whatever
 //! is queued (up to [`MAX_BATCH`]) and runs it as one transaction, its
 //! statements pipelined on one connection, and answers each caller only
-//! once the transaction is committed. A batch is two statements, whatever
-//! its size: its creates as one `INSERT ... SELECT FROM unnest(...)` and
-//! its updates as one `UPDATE ... FROM unnest(...)`.
+//! once the transaction is committed. Whatever its size, a batch is one
+//! round trip and a handful of statements (see [`transaction`]): its
+//! creates as one `INSERT ... SELECT FROM unnest(...)`, its updates as one
+//! `UPDATE ... FROM unnest(...)`, and so on. New messages' claims share
+//! the batches (a writer of their own, committing without waiting for the
+//! disk, made more transactions and cost more CPU than the flush it
+//! saved: measured 9,700 sends/s against 10,400).
 //!
 //! A write refused by its key or version does not fail the batch: creates
 //! are `INSERT ... ON CONFLICT DO NOTHING` and updates name the version
