@@ -200,10 +200,40 @@ async fn writer(cx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Write>>>) {
                 return;
             }
         }
-        // Key order: see the module docs.
+        // Key order: see the module docs. The sort is stable: writes to
+        // one row stay in arrival order.
         batch.sort_by(|a, b| a.key().cmp(&b.key()));
-        commit(&cx, std::mem::take(&mut batch)).await;
+        for round in rounds(std::mem::take(&mut batch)) {
+            commit(&cx, round).await;
+        }
     }
+}
+
+/// Splits a sorted batch into transactions in which no row is written
+/// twice, in order: the first write to each row, then the second, and so
+/// on. One statement over an array that names a row twice writes it once
+/// (an insert skips the second, an update applies one of them), and each
+/// write's outcome is read back by its key, so a second write to the same
+/// row must come in a later transaction. This runtime never queues two
+/// writes to one task at once; a store caller may.
+fn rounds(batch: Vec<Write>) -> Vec<Vec<Write>> {
+    // How many writes to the same row come before each one.
+    let mut repeats = Vec::with_capacity(batch.len());
+    for (i, write) in batch.iter().enumerate() {
+        let repeat = match i.checked_sub(1) {
+            Some(before) if batch[before].key() == write.key() => repeats[before] + 1,
+            _ => 0,
+        };
+        repeats.push(repeat);
+    }
+    let mut rounds: Vec<Vec<Write>> = vec![Vec::with_capacity(batch.len())];
+    for (write, repeat) in batch.into_iter().zip(repeats) {
+        if rounds.len() <= repeat {
+            rounds.push(Vec::new());
+        }
+        rounds[repeat].push(write);
+    }
+    rounds
 }
 
 /// Commits `batch` and answers every write of it.
