@@ -64,9 +64,20 @@ async fn replica_with(store: &str, lease: &str, more: &[&str]) -> Replica {
 
 /// Polls GetTask on `grpc` until `done` holds for the task.
 async fn eventually(grpc: &mut Client, id: &str, what: &str, done: impl Fn(&Task) -> bool) -> Task {
+    eventually_in(grpc, "", id, what, done).await
+}
+
+/// [`eventually`] for a task of `tenant`.
+async fn eventually_in(
+    grpc: &mut Client,
+    tenant: &str,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Task) -> bool,
+) -> Task {
     within(what, async {
         loop {
-            let task = support::get_task(grpc, "", id).await.unwrap();
+            let task = support::get_task(grpc, tenant, id).await.unwrap();
             if done(&task) {
                 return task;
             }
@@ -537,4 +548,76 @@ async fn a_follow_up_stream_on_another_replica_gets_the_running_replicas_events(
         &on_a[on_a.len() - on_b.len()..],
         "b's events are a's from where b joined"
     );
+}
+
+/// The same follow-up sent to two replicas at once: added to history once,
+/// run once, and both requests answered with the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_follow_up_sent_to_two_replicas_at_once_is_added_and_run_once() {
+    let Some(store) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let mut a = replica(&store, "10s").await;
+    let b = replica(&store, "10s").await;
+    const TASKS: usize = 5;
+    let mut follow_ups = Vec::new();
+    for _ in 0..TASKS {
+        let mut first = support::user_message("deploy");
+        first.message_id = format!("tck-input-required-{}", uuid::Uuid::new_v4());
+        let task =
+            support::send_task(&mut a.grpc, support::request("conformance", first, false)).await;
+        assert_eq!(state_of(&task), TaskState::InputRequired);
+        let mut follow_up = support::user_message("here it is");
+        follow_up.task_id = task.id.clone();
+        let (mut ga, mut gb) = (a.grpc.clone(), b.grpc.clone());
+        let (ta, tb) = within(
+            "both follow-ups",
+            futures_util::future::join(
+                support::send_task(
+                    &mut ga,
+                    support::request("conformance", follow_up.clone(), true),
+                ),
+                support::send_task(
+                    &mut gb,
+                    support::request("conformance", follow_up.clone(), true),
+                ),
+            ),
+        )
+        .await;
+        assert_eq!(
+            (ta.id.as_str(), tb.id.as_str()),
+            (task.id.as_str(), task.id.as_str())
+        );
+        let done = eventually_in(&mut a.grpc, "conformance", &task.id, "COMPLETED", |t| {
+            state_of(t) == TaskState::Completed
+        })
+        .await;
+        let held = done
+            .history
+            .iter()
+            .filter(|m| m.message_id == follow_up.message_id)
+            .count();
+        assert_eq!(held, 1, "the follow-up is in history once");
+        follow_ups.push(follow_up.message_id);
+    }
+    let mut runs = 0;
+    for r in [&a, &b] {
+        let marker = support::user_message("marker");
+        let mut g = r.grpc.clone();
+        within(
+            "marker",
+            support::send_task(&mut g, support::request("", marker.clone(), true)),
+        )
+        .await;
+        loop {
+            let line = support::wait_for_line(&r.log, "agent run started");
+            if line.contains(&marker.message_id) {
+                break;
+            }
+            if follow_ups.iter().any(|id| line.contains(id.as_str())) {
+                runs += 1;
+            }
+        }
+    }
+    assert_eq!(runs, TASKS, "one run per follow-up");
 }

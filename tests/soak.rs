@@ -77,6 +77,27 @@ async fn read_stream(
     }
 }
 
+/// A stream's events in short: each one's kind and state or artifact.
+fn outline(events: &[StreamResponse]) -> String {
+    events
+        .iter()
+        .map(|e| match &e.payload {
+            Some(stream_response::Payload::StatusUpdate(u)) => format!(
+                "status {:?}",
+                u.status
+                    .as_ref()
+                    .and_then(|s| TaskState::try_from(s.state).ok())
+            ),
+            Some(stream_response::Payload::ArtifactUpdate(u)) => {
+                format!("artifact {:?}", u.artifact.as_ref().map(|a| a.parts.len()))
+            }
+            Some(stream_response::Payload::Task(_)) => "task snapshot".into(),
+            other => format!("{other:?}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One of the most recent tasks (likelier still running), if any.
 fn recent(log: &Log, rng: &mut Rng) -> Option<(String, String)> {
     let n = log.tasks.len().min(16);
@@ -280,10 +301,11 @@ async fn replicas_soak() {
             .max_by_key(|e| e.len())
             .unwrap();
         for (events, _) in streams {
-            assert_eq!(
-                events.as_slice(),
-                &longest[longest.len() - events.len()..],
-                "task {id}: subscribers saw different sequences"
+            assert!(
+                events.as_slice() == &longest[longest.len() - events.len()..],
+                "task {id}: subscribers saw different sequences:\n{}\n{}",
+                outline(longest),
+                outline(events)
             );
         }
     }

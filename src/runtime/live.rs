@@ -764,6 +764,21 @@ impl LiveTask {
         let mut record = stored;
         let mut outs = Vec::with_capacity(loaded.pending.len());
         for p in &loaded.pending {
+            // A client message another replica took first (the same
+            // message sent to both): it is not added twice, and the
+            // request is answered as a repeat (`send_follow_up`).
+            if let TaskEvent::UserMessage(m) = &p.event
+                && Self::holds_message_in(&record, &m.message_id)
+            {
+                return Err(StoreError::Conflict {
+                    id: format!(
+                        "{} (message {:?} is already in its history)",
+                        self.key.id, m.message_id
+                    ),
+                    expected,
+                    actual,
+                });
+            }
             let out = record
                 .apply(p.event.clone(), now(), policy(shared, p.author))
                 .map_err(|e| StoreError::Conflict {
@@ -939,8 +954,16 @@ impl LiveTask {
                 answer.deliver(Err(&e), shared);
             }
             if let Some(seq) = p.follow_up {
-                // Its message never reached history: no run for it.
-                self.runs().queue.retain(|q| q.seq != seq);
+                // Its message never reached history (or another replica
+                // took it): no run for it here. With nothing before it
+                // still to run, waiters may count it as over.
+                let mut runs = self.runs();
+                runs.queue.retain(|q| q.seq != seq);
+                if !runs.active && runs.queue.iter().all(|q| q.seq > seq) {
+                    drop(runs);
+                    self.progress
+                        .send_modify(|p| p.runs_finished = p.runs_finished.max(seq));
+                }
             }
         }
         if let Some(tx) = &loaded.events {
@@ -1095,8 +1118,11 @@ impl LiveTask {
     /// Whether the history (committed or pending) holds a client message
     /// with this id.
     pub(crate) fn holds_message_locked(loaded: &Loaded, message_id: &str) -> bool {
-        loaded
-            .record
+        Self::holds_message_in(&loaded.record, message_id)
+    }
+
+    fn holds_message_in(record: &TaskRecord, message_id: &str) -> bool {
+        record
             .task
             .history
             .iter()

@@ -623,6 +623,7 @@ impl TaskManager {
     ) -> Result<SendOutcome, A2aError> {
         let mut request = request;
         let push_config = request.push_config.take();
+        let message_id = request.message.message_id.clone();
         let message = &mut request.message;
         let live = self.live(tenant, &message.task_id);
         let mut state = live.lock_visible(&self.shared, caller).await?;
@@ -679,6 +680,14 @@ impl TaskManager {
             Err(StoreError::Conflict { .. }) => {
                 let state = live.lock_loaded(&self.shared).await?;
                 let loaded = state.as_ref().expect("loaded");
+                // The same message reached another replica first: a
+                // repeat, answered with the task.
+                if LiveTask::holds_message_locked(loaded, &message_id) {
+                    drop(state);
+                    return live
+                        .duplicate_handle(&self.shared, history, subscribe)
+                        .await;
+                }
                 accepts_messages(&loaded.record)?;
                 return Err(A2aError::Unavailable(format!(
                     "task {:?} changed while the message was being added; send it again",

@@ -57,10 +57,12 @@ const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_s
      $7::bytea[], $8::bytea[], $9::bytea[]) \
      AS u(tenant, id, context_id, state, s, n, owner, origin, record) \
      ON CONFLICT DO NOTHING RETURNING tenant, id";
-/// The updates, and the events of those made that another replica may
-/// need: a client's or the server's (the replica running the task must
-/// hear of a cancel), or any to a task a replica watches
-/// (`task_watchers`). Events nobody elsewhere follows are not logged.
+/// The updates, and the events of those made, for any replica that follows
+/// the task or will. Logged whether or not a replica watches the task
+/// now: a replica starting to watch cannot make a writer whose statement
+/// began before the watch see it, and the events of that write must still
+/// be there when the replica catches up (the soak test met a replica
+/// resynchronised from a snapshot for want of them).
 const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
      $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::int8[], $9::bool[], $11::bytea[]) \
      AS u(tenant, id, context_id, state, s, n, record, expected, by_run, events)), \
@@ -71,8 +73,6 @@ const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], 
      RETURNING t.tenant, t.id, t.version), \
      logged AS (INSERT INTO task_events (tenant, task_id, version, events) \
      SELECT made.tenant, made.id, made.version, u.events FROM made JOIN u USING (tenant, id) \
-     WHERE NOT u.by_run OR EXISTS (SELECT 1 FROM task_watchers w \
-     WHERE w.tenant = made.tenant AND w.task_id = made.id) \
      ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()) \
      SELECT tenant, id, version FROM made";
 const CLAIM: &str = "INSERT INTO origin_claims (tenant, origin, replica) \
