@@ -62,6 +62,32 @@ async fn replica_with(store: &str, lease: &str, more: &[&str]) -> Replica {
     Replica { process, grpc, log }
 }
 
+/// How many agent runs the replicas' logs show for these message ids:
+/// each log read up to a marker message's run, so every run line written
+/// before it has been read.
+async fn runs_of(replicas: &[&Replica], ids: &[String]) -> usize {
+    let mut runs = 0;
+    for r in replicas {
+        let marker = support::user_message("marker");
+        let mut g = r.grpc.clone();
+        within(
+            "marker",
+            support::send_task(&mut g, support::request("", marker.clone(), true)),
+        )
+        .await;
+        loop {
+            let line = support::wait_for_line(&r.log, "agent run started");
+            if line.contains(&marker.message_id) {
+                break;
+            }
+            if ids.iter().any(|id| line.contains(id.as_str())) {
+                runs += 1;
+            }
+        }
+    }
+    runs
+}
+
 /// Polls GetTask on `grpc` until `done` holds for the task.
 async fn eventually(grpc: &mut Client, id: &str, what: &str, done: impl Fn(&Task) -> bool) -> Task {
     eventually_in(grpc, "", id, what, done).await
@@ -135,27 +161,7 @@ async fn the_same_message_sent_to_two_replicas_at_once_makes_one_task_and_one_ru
         .await;
         assert_eq!(ta.id, tb.id, "message {i}: one task");
     }
-    // Each replica's log, up to a marker message's run: every run line
-    // written before it has been read.
-    let mut runs = 0;
-    for r in [&a, &b] {
-        let marker = support::user_message("marker");
-        let mut g = r.grpc.clone();
-        within(
-            "marker",
-            support::send_task(&mut g, support::request("", marker.clone(), true)),
-        )
-        .await;
-        loop {
-            let line = support::wait_for_line(&r.log, "agent run started");
-            if line.contains(&marker.message_id) {
-                break;
-            }
-            if ids.iter().any(|id| line.contains(id.as_str())) {
-                runs += 1;
-            }
-        }
-    }
+    let runs = runs_of(&[&a, &b], &ids).await;
     assert_eq!(runs, MESSAGES, "one run per message across both replicas");
 }
 
@@ -391,27 +397,7 @@ async fn a_follow_up_on_another_replica_runs_once() {
         .filter(|m| m.message_id == follow_up.message_id)
         .count();
     assert_eq!(held, 1, "the follow-up is in history once");
-    // Runs of the follow-up, on either replica: each log up to a marker's
-    // run has been read.
-    let mut runs = 0;
-    for r in [&a, &b] {
-        let marker = support::user_message("marker");
-        let mut g = r.grpc.clone();
-        within(
-            "marker",
-            support::send_task(&mut g, support::request("", marker.clone(), true)),
-        )
-        .await;
-        loop {
-            let line = support::wait_for_line(&r.log, "agent run started");
-            if line.contains(&marker.message_id) {
-                break;
-            }
-            if line.contains(&follow_up.message_id) {
-                runs += 1;
-            }
-        }
-    }
+    let runs = runs_of(&[&a, &b], std::slice::from_ref(&follow_up.message_id)).await;
     assert_eq!(runs, 1, "one run of the follow-up");
 }
 
@@ -600,24 +586,6 @@ async fn the_same_follow_up_sent_to_two_replicas_at_once_is_added_and_run_once()
         assert_eq!(held, 1, "the follow-up is in history once");
         follow_ups.push(follow_up.message_id);
     }
-    let mut runs = 0;
-    for r in [&a, &b] {
-        let marker = support::user_message("marker");
-        let mut g = r.grpc.clone();
-        within(
-            "marker",
-            support::send_task(&mut g, support::request("", marker.clone(), true)),
-        )
-        .await;
-        loop {
-            let line = support::wait_for_line(&r.log, "agent run started");
-            if line.contains(&marker.message_id) {
-                break;
-            }
-            if follow_ups.iter().any(|id| line.contains(id.as_str())) {
-                runs += 1;
-            }
-        }
-    }
+    let runs = runs_of(&[&a, &b], &follow_ups).await;
     assert_eq!(runs, TASKS, "one run per follow-up");
 }

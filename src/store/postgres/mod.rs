@@ -242,6 +242,19 @@ async fn renew(pool: &Pool, replica: &[u8], lease: Duration) -> Result<(), Store
     Ok(())
 }
 
+/// A read-only transaction whose reads all see one snapshot.
+async fn snapshot(
+    client: &mut deadpool_postgres::Client,
+) -> Result<deadpool_postgres::Transaction<'_>, StoreError> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(unavailable)
+}
+
 fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     url.parse()
         .map_err(|e| StoreError::Internal(format!("bad PostgreSQL URL: {e}")))
@@ -579,13 +592,7 @@ impl TaskStore for PostgresStore {
             .bind(page_size as i64 + 1);
         let mut client = self.client().await?;
         // One snapshot for the count and the page.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(unavailable)?;
+        let tx = snapshot(&mut client).await?;
         let total: i64 = tx
             .query_one(&count.text, &count.params())
             .await
@@ -682,13 +689,7 @@ impl TaskStore for PostgresStore {
     ) -> Result<Option<CatchUp>, StoreError> {
         let mut client = self.client().await?;
         // One snapshot for the task and its events.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(unavailable)?;
+        let tx = snapshot(&mut client).await?;
         let (tenant, id) = (tenant.as_bytes(), task_id.as_bytes());
         let Some(row) = tx
             .query_opt(
