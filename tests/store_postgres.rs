@@ -136,3 +136,56 @@ async fn a_message_is_claimed_by_one_replica() {
         OriginClaim::First
     );
 }
+
+/// An active record that no longer decodes is moved to `quarantine` when
+/// recovery reads the active tasks, so recovery goes on; GetTask of it is
+/// INTERNAL naming the table, and ListTasks no longer shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_active_record_is_set_aside() {
+    let Some(url) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let store = PostgresStore::open(&url).await.expect("open the store");
+    for id in ["bad", "good"] {
+        let record = a2a_lifecycle::lifecycle::TaskRecord::submitted(
+            id.into(),
+            "ctx".into(),
+            support::user_message("hello"),
+            a2a_lifecycle::runtime::now(),
+        );
+        store.create("", &record).await.unwrap();
+    }
+    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    db.execute(
+        "UPDATE tasks SET record = '\\xffffffff'::bytea WHERE id = 'bad'::bytea",
+        &[],
+    )
+    .await
+    .unwrap();
+    let active = store.active_tasks().await.unwrap();
+    let ids: Vec<&str> = active
+        .iter()
+        .map(|(_, t)| t.record.task.id.as_str())
+        .collect();
+    assert_eq!(ids, ["good"]);
+    match store.get("", "bad").await {
+        Err(a2a_lifecycle::store::StoreError::Internal(why)) => {
+            assert!(why.contains("quarantine"), "{why}")
+        }
+        other => panic!("expected INTERNAL, got {other:?}"),
+    }
+    let page = store
+        .list("", &a2a_lifecycle::store::ListQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(page.total_size, 1);
+    let kept: i64 = db
+        .query_one("SELECT COUNT(*) FROM quarantine", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 1);
+}

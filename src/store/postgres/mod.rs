@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0003_task_events.sql"),
     include_str!("../../../migrations/postgres/0004_job_holders.sql"),
     include_str!("../../../migrations/postgres/0005_task_watchers.sql"),
+    include_str!("../../../migrations/postgres/0006_quarantine.sql"),
 ];
 
 /// How long each write's events are kept for other replicas' subscribers
@@ -171,6 +172,50 @@ impl PostgresStore {
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         self.pool.get().await.map_err(unavailable)
+    }
+
+    /// Recovery's rows (tenant, record, version, id) decoded; a record that
+    /// no longer decodes must not keep the server from starting or
+    /// recovering: it is moved to `quarantine` (logged with its key) and
+    /// the rest goes on.
+    async fn recoverable(
+        &self,
+        rows: Vec<tokio_postgres::Row>,
+    ) -> Result<Vec<(String, StoredTask)>, StoreError> {
+        let mut tasks = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (tenant, id): (Vec<u8>, Vec<u8>) = (r.get(0), r.get(3));
+            let decoded = text(tenant.clone()).and_then(|t| Ok((t, stored(r.get(1), r.get(2))?)));
+            match decoded {
+                Ok(task) => tasks.push(task),
+                Err(e) => self.quarantine(&tenant, &id, &e.to_string()).await?,
+            }
+        }
+        Ok(tasks)
+    }
+
+    /// Moves an undecodable record out of `tasks` into `quarantine`.
+    async fn quarantine(&self, tenant: &[u8], id: &[u8], reason: &str) -> Result<(), StoreError> {
+        tracing::error!(
+            tenant = %String::from_utf8_lossy(tenant),
+            task_id = %String::from_utf8_lossy(id),
+            %reason,
+            "stored task does not decode: moved to the quarantine table"
+        );
+        let client = self.client().await?;
+        client
+            .execute(
+                "WITH moved AS (DELETE FROM tasks WHERE tenant = $1 AND id = $2 \
+                 RETURNING tenant, id, record) \
+                 INSERT INTO quarantine (tenant, id, record, reason) \
+                 SELECT tenant, id, record, $3 FROM moved \
+                 ON CONFLICT (tenant, id) DO UPDATE SET record = EXCLUDED.record, \
+                 reason = EXCLUDED.reason, at = now()",
+                &[&tenant, &id, &reason],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(())
     }
 
     async fn one(
@@ -522,11 +567,33 @@ impl TaskStore for PostgresStore {
     }
 
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
-        self.one(
-            "SELECT record, version FROM tasks WHERE tenant = $1 AND id = $2",
-            &[&tenant.as_bytes(), &task_id.as_bytes()],
-        )
-        .await
+        let key: [&(dyn ToSql + Sync); 2] = [&tenant.as_bytes(), &task_id.as_bytes()];
+        if let Some(task) = self
+            .one(
+                "SELECT record, version FROM tasks WHERE tenant = $1 AND id = $2",
+                &key,
+            )
+            .await?
+        {
+            return Ok(Some(task));
+        }
+        // Rare: a miss also looks among the records set aside.
+        let client = self.client().await?;
+        let reason = client
+            .query_opt(
+                "SELECT reason FROM quarantine WHERE tenant = $1 AND id = $2",
+                &key,
+            )
+            .await
+            .map_err(unavailable)?;
+        match reason {
+            Some(row) => Err(StoreError::Internal(format!(
+                "task {task_id:?} was set aside because its stored record does not decode \
+                 ({}); it is kept in the quarantine table",
+                row.get::<_, String>(0)
+            ))),
+            None => Ok(None),
+        }
     }
 
     async fn get_owned(
@@ -609,19 +676,17 @@ impl TaskStore for PostgresStore {
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         let sql = format!(
-            "SELECT tenant, record, version FROM tasks WHERE state IN ({})",
+            "SELECT tenant, record, version, id FROM tasks WHERE state IN ({})",
             state_list(StateClass::Active)
         );
         let client = self.client().await?;
         let rows = client.query(&sql, &[]).await.map_err(unavailable)?;
-        rows.into_iter()
-            .map(|r| Ok((text(r.get(0))?, stored(r.get(1), r.get(2))?)))
-            .collect()
+        self.recoverable(rows).await
     }
 
     async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         let sql = format!(
-            "SELECT tenant, record, version FROM tasks WHERE state IN ({}) AND runner <> $1 \
+            "SELECT tenant, record, version, id FROM tasks WHERE state IN ({}) AND runner <> $1 \
              AND runner NOT IN (SELECT id FROM replicas WHERE lease_until > now())",
             state_list(StateClass::Active)
         );
@@ -630,9 +695,7 @@ impl TaskStore for PostgresStore {
             .query(&sql, &[&self.replica])
             .await
             .map_err(unavailable)?;
-        rows.into_iter()
-            .map(|r| Ok((text(r.get(0))?, stored(r.get(1), r.get(2))?)))
-            .collect()
+        self.recoverable(rows).await
     }
 
     fn lease(&self) -> Option<Duration> {
