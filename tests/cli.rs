@@ -228,43 +228,9 @@ fn follow_ups_metadata_and_cancel_from_the_command_line() {
 /// `push set|get|list|delete` manage a task's webhooks.
 #[test]
 fn push_commands_and_a_listening_receiver() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-    use std::sync::mpsc;
-
     let (mut serve, server, serve_log) =
         support::spawn_serve_logged(&["--store", "memory", "--push-allow-cidr", "127.0.0.0/8"]);
-    let mut listen = Command::new(BIN)
-        .args([
-            "push",
-            "listen",
-            "--port",
-            "0",
-            "--notification-token",
-            "tok",
-        ])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn push listen");
-    let lines_of = |pipe: Box<dyn std::io::Read + Send>| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        rx
-    };
-    let log = lines_of(Box::new(listen.stderr.take().unwrap()));
-    let printed = lines_of(Box::new(listen.stdout.take().unwrap()));
-    let url = support::wait_for_line(&log, "receiving push notifications")
-        .split(" at ")
-        .nth(1)
-        .expect("the receiver's URL")
-        .trim()
-        .to_owned();
+    let (mut listen, url, printed) = support::spawn_push_listen(&["--notification-token", "tok"]);
     let next_state = || {
         let line = printed.recv_timeout(support::WAIT).expect("a notification");
         let event: Value = serde_json::from_str(&line).unwrap();

@@ -40,6 +40,13 @@ async fn replica(store: &str, lease: &str) -> Replica {
     replica_with(store, lease, &[]).await
 }
 
+/// Two replicas on a fresh schema, or `None` when PostgreSQL is not
+/// there (and not required).
+async fn two_replicas(lease: &str) -> Option<(Replica, Replica)> {
+    let store = support::postgres::fresh_schema().await?;
+    Some((replica(&store, lease).await, replica(&store, lease).await))
+}
+
 /// [`replica`] with more `serve` arguments.
 async fn replica_with(store: &str, lease: &str, more: &[&str]) -> Replica {
     let args = [
@@ -115,11 +122,9 @@ async fn eventually_in(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_replica_sees_every_committed_task() {
-    let Some(store) = support::postgres::fresh_schema().await else {
+    let Some((mut a, mut b)) = two_replicas("10s").await else {
         return;
     };
-    let mut a = replica(&store, "10s").await;
-    let mut b = replica(&store, "10s").await;
     let task = support::send_text(&mut a.grpc, "", "done at once").await;
     assert_eq!(state_of(&task), TaskState::Completed);
     let on_b = support::get_task(&mut b.grpc, "", &task.id).await.unwrap();
@@ -136,11 +141,9 @@ async fn every_replica_sees_every_committed_task() {
 /// (spec §3.3.1 across replicas).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_message_sent_to_two_replicas_at_once_makes_one_task_and_one_run() {
-    let Some(store) = support::postgres::fresh_schema().await else {
+    let Some((a, b)) = two_replicas("10s").await else {
         return;
     };
-    let a = replica(&store, "10s").await;
-    let b = replica(&store, "10s").await;
     const MESSAGES: usize = 20;
     let mut ids = Vec::new();
     for i in 0..MESSAGES {
@@ -170,11 +173,9 @@ async fn the_same_message_sent_to_two_replicas_at_once_makes_one_task_and_one_ru
 /// and never fails a live replica's task before that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replicas_task_is_failed_by_a_survivor_after_its_lease() {
-    let Some(store) = support::postgres::fresh_schema().await else {
+    let Some((mut a, mut b)) = two_replicas("1s").await else {
         return;
     };
-    let mut a = replica(&store, "1s").await;
-    let mut b = replica(&store, "1s").await;
     // WORKING for a minute on a.
     let task = support::send_task(
         &mut a.grpc,
@@ -305,11 +306,9 @@ async fn a_cancel_on_another_replica_stops_the_run_within_a_second() {
 }
 
 async fn cancel_on_another_replica(text: &str) {
-    let Some(store) = support::postgres::fresh_schema().await else {
+    let Some((mut a, mut b)) = two_replicas("10s").await else {
         return;
     };
-    let mut a = replica(&store, "10s").await;
-    let mut b = replica(&store, "10s").await;
     let task = support::send_task(
         &mut a.grpc,
         support::request("", support::user_message(text), true),
@@ -369,11 +368,9 @@ async fn cancel_on_another_replica(text: &str) {
 /// replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follow_up_on_another_replica_runs_once() {
-    let Some(store) = support::postgres::fresh_schema().await else {
+    let Some((mut a, mut b)) = two_replicas("10s").await else {
         return;
     };
-    let mut a = replica(&store, "10s").await;
-    let mut b = replica(&store, "10s").await;
     let mut first = support::user_message("deploy");
     first.message_id = format!("tck-input-required-{}", uuid::Uuid::new_v4());
     let task = support::send_task(&mut a.grpc, support::request("conformance", first, false)).await;
@@ -401,37 +398,6 @@ async fn a_follow_up_on_another_replica_runs_once() {
     assert_eq!(runs, 1, "one run of the follow-up");
 }
 
-/// A webhook receiver (`push listen`) and its printed notifications.
-fn push_receiver() -> (std::process::Child, String, Receiver<String>) {
-    use std::io::BufRead;
-    let mut listen = std::process::Command::new(support::BIN)
-        .args(["push", "listen", "--port", "0"])
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn push listen");
-    let lines_of = |pipe: Box<dyn std::io::Read + Send>| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        rx
-    };
-    let log = lines_of(Box::new(listen.stderr.take().unwrap()));
-    let printed = lines_of(Box::new(listen.stdout.take().unwrap()));
-    let url = support::wait_for_line(&log, "receiving push notifications")
-        .split(" at ")
-        .nth(1)
-        .expect("the receiver's URL")
-        .trim()
-        .to_owned();
-    std::thread::spawn(move || for _ in log {});
-    (listen, url, printed)
-}
-
 /// Push notifications with two replicas: one of them delivers (the
 /// delivery role), so every event of tasks run on either reaches the
 /// webhook once, in order.
@@ -443,7 +409,7 @@ async fn push_notifications_from_every_replica_are_delivered_once() {
     let loopback = ["--push-allow-cidr", "127.0.0.0/8"];
     let a = replica_with(&store, "10s", &loopback).await;
     let b = replica_with(&store, "10s", &loopback).await;
-    let (mut listen, url, printed) = push_receiver();
+    let (mut listen, url, printed) = support::spawn_push_listen(&[]);
     let send = |r: &Replica| {
         let mut request = support::request("", support::user_message("fanout:10:0:1000"), true);
         request
@@ -496,11 +462,9 @@ async fn push_notifications_from_every_replica_are_delivered_once() {
 /// replica's own subscriber from the point it joined, to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follow_up_stream_on_another_replica_gets_the_running_replicas_events() {
-    let Some(store) = support::postgres::fresh_schema().await else {
+    let Some((mut a, mut b)) = two_replicas("10s").await else {
         return;
     };
-    let mut a = replica(&store, "10s").await;
-    let mut b = replica(&store, "10s").await;
     // WORKING, a second's wait, then 50 updates 5 ms apart, COMPLETED.
     let task = support::send_task(
         &mut a.grpc,
@@ -540,11 +504,9 @@ async fn a_follow_up_stream_on_another_replica_gets_the_running_replicas_events(
 /// run once, and both requests answered with the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_follow_up_sent_to_two_replicas_at_once_is_added_and_run_once() {
-    let Some(store) = support::postgres::fresh_schema().await else {
+    let Some((mut a, b)) = two_replicas("10s").await else {
         return;
     };
-    let mut a = replica(&store, "10s").await;
-    let b = replica(&store, "10s").await;
     const TASKS: usize = 5;
     let mut follow_ups = Vec::new();
     for _ in 0..TASKS {

@@ -586,7 +586,8 @@ impl LiveTask {
             // Let the emitter that started this flush go on first: events it
             // emits right away join this write instead of needing another.
             tokio::task::yield_now().await;
-            let (write, version, count) = match self.next_write(&mut seen).await {
+            let (write, version, count) = match self.next_write(&mut seen, shared.replicated).await
+            {
                 NextWrite::Done => return,
                 NextWrite::Gather => continue,
                 NextWrite::Write {
@@ -622,8 +623,9 @@ impl LiveTask {
 
     /// What the flush writes next: nothing (and the flush ends), nothing
     /// yet (events are still arriving), or the task with its pending
-    /// events, encoded under the lock (no copy of the task itself).
-    async fn next_write(&self, seen: &mut usize) -> NextWrite {
+    /// events, encoded under the lock (no copy of the task itself); with
+    /// a store shared by replicas (`replicated`), their stream events too.
+    async fn next_write(&self, seen: &mut usize, replicated: bool) -> NextWrite {
         let mut guard = self.state.lock().await;
         let Some(loaded) = guard.as_mut() else {
             return NextWrite::Done;
@@ -649,7 +651,7 @@ impl LiveTask {
         let mut write = EncodedTask::new(&loaded.record);
         write.outbox = outbox_entries(&loaded.record.push_configs, &loaded.pending);
         write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
-        if self.shared.upgrade().is_some_and(|s| s.replicated) {
+        if replicated {
             write.events = crate::store::codec::encode_events(
                 loaded.pending.iter().filter_map(|p| p.out.as_ref()),
             );
@@ -760,7 +762,7 @@ impl LiveTask {
             .await?
             .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
         let (expected, actual) = (loaded.version, up.task.version);
-        let stored = self.absorb_committed(shared, loaded, up);
+        let stored = self.absorb_committed(loaded, up);
         let mut record = stored;
         let mut outs = Vec::with_capacity(loaded.pending.len());
         for p in &loaded.pending {
@@ -802,7 +804,6 @@ impl LiveTask {
     /// (a cancel on another replica). Returns the stored record.
     fn absorb_committed(
         self: &Arc<Self>,
-        _shared: &Arc<Shared>,
         loaded: &mut Loaded,
         up: crate::store::CatchUp,
     ) -> TaskRecord {
@@ -930,7 +931,7 @@ impl LiveTask {
         if loaded.version != from || !loaded.pending.is_empty() || loaded.flushing {
             return;
         }
-        let record = self.absorb_committed(&shared, loaded, up);
+        let record = self.absorb_committed(loaded, up);
         use prost::Message as _;
         loaded.bytes = record.task.encoded_len();
         loaded.record = record;

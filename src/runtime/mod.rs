@@ -585,11 +585,15 @@ impl TaskManager {
                 .map_err(store_error)?
             {
                 StoreClaim::First => {
-                    claim.stored = Some(StoredClaim {
-                        tenant: tenant.to_owned(),
-                        owner: caller.name.clone(),
-                        message_id: message_id.to_owned(),
-                    });
+                    // Only a store shared by replicas holds claims to
+                    // release; the others' answer was a lookup.
+                    if self.shared.replicated {
+                        claim.stored = Some(StoredClaim {
+                            tenant: tenant.to_owned(),
+                            owner: caller.name.clone(),
+                            message_id: message_id.to_owned(),
+                        });
+                    }
                     return Ok(Ok(claim));
                 }
                 StoreClaim::Task(stored) => {

@@ -392,6 +392,41 @@ pub fn spawn_serve_logging(
     (child, format!("http://{addr}"), rx)
 }
 
+/// Lines of `pipe`, read on a thread of their own to the end.
+fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// `push listen --port 0` with `args` (a notification token, say): the
+/// receiver's process, its URL, and what it prints (one JSON line per
+/// notification). Its log is read to the end in the background.
+pub fn spawn_push_listen(args: &[&str]) -> (Child, String, std::sync::mpsc::Receiver<String>) {
+    let mut listen = Command::new(BIN)
+        .args(["push", "listen", "--port", "0"])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn push listen");
+    let log = lines_of(listen.stderr.take().unwrap());
+    let printed = lines_of(listen.stdout.take().unwrap());
+    let url = wait_for_line(&log, "receiving push notifications")
+        .split(" at ")
+        .nth(1)
+        .expect("the receiver's URL")
+        .trim()
+        .to_owned();
+    std::thread::spawn(move || for _ in log {});
+    (listen, url, printed)
+}
+
 /// Waits (at most [`WAIT`]) for a log line containing `text`.
 pub fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
     let deadline = std::time::Instant::now() + WAIT;

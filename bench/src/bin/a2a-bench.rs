@@ -183,6 +183,24 @@ struct SuiteArgs {
     no_push: bool,
 }
 
+impl RunArgs {
+    /// A run of `workload` against a server the suite started (its CPU
+    /// and memory measured); fan-out and create-many sizes left to the
+    /// caller.
+    fn against(server: &Server, workload: Workload, load: Load) -> Self {
+        RunArgs {
+            target: server.url.clone(),
+            workload,
+            load,
+            server_pid: Some(server.pid()),
+            send_target: None,
+            subscribers: 0,
+            updates: 0,
+            tasks: 0,
+        }
+    }
+}
+
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 struct Outcome {
@@ -789,16 +807,8 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         args.load.connections,
         server_cpus.unwrap_or("(not pinned)")
     );
-    let run = |server: &Server, workload: Workload| RunArgs {
-        target: server.url.clone(),
-        workload,
-        load: args.load.clone(),
-        server_pid: Some(server.pid()),
-        send_target: None,
-        subscribers: 0,
-        updates: 0,
-        tasks: 0,
-    };
+    let run =
+        |server: &Server, workload: Workload| RunArgs::against(server, workload, args.load.clone());
     let mut rows = Vec::new();
     let mut json = Vec::new();
     for (workload, name, target) in [
@@ -1082,16 +1092,7 @@ async fn auth_cost(
     let run = |server: &Server, workload: Workload, token: Option<&str>| {
         let mut load = args.load.clone();
         load.token = token.map(str::to_owned);
-        RunArgs {
-            target: server.url.clone(),
-            workload,
-            load,
-            server_pid: Some(server.pid()),
-            send_target: None,
-            subscribers: 0,
-            updates: 0,
-            tasks: 0,
-        }
+        RunArgs::against(server, workload, load)
     };
     let (mut rows, mut json) = (Vec::new(), Vec::new());
     for (workload, name, token, target) in [
@@ -1179,16 +1180,7 @@ async fn push_cost(
     let run = |webhook: Option<String>| {
         let mut load = args.load.clone();
         load.webhook = webhook;
-        RunArgs {
-            target: server.url.clone(),
-            workload: Workload::Send,
-            load,
-            server_pid: Some(server.pid()),
-            send_target: None,
-            subscribers: 0,
-            updates: 0,
-            tasks: 0,
-        }
+        RunArgs::against(&server, Workload::Send, load)
     };
     // Waits until the receiver has seen nothing for PUSH_QUIET: how long
     // that took, and the server CPU spent meanwhile.
@@ -1378,14 +1370,9 @@ async fn postgres_rows(
         "bench",
     ];
     let run = |server: &Server, workload: Workload| RunArgs {
-        target: server.url.clone(),
-        workload,
-        load: args.load.clone(),
-        server_pid: Some(server.pid()),
-        send_target: None,
         subscribers: 64,
         updates: 200,
-        tasks: 0,
+        ..RunArgs::against(server, workload, args.load.clone())
     };
     let mut rows = Vec::new();
     let mut json = Vec::new();

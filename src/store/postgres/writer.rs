@@ -311,12 +311,6 @@ fn column<'a>(
 /// A task's key as the writes' statements return it.
 type Key = (Vec<u8>, Vec<u8>);
 
-/// The statement parameters of a batch's task writes, by column.
-struct Columns<'a> {
-    tenants: Vec<&'a [u8]>,
-    ids: Vec<&'a [u8]>,
-}
-
 /// One transaction for the whole batch, in one round trip: BEGIN, one
 /// statement each for the claims, the creates and the updates (over arrays
 /// of the rows: a statement per row cost about as much again in the
@@ -378,10 +372,8 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
             Kind::Claim(_) => None,
         })
         .collect();
-    let cols = Columns {
-        tenants: written.iter().map(|(w, ..)| w.tenant.as_bytes()).collect(),
-        ids: written.iter().map(|(_, t, _)| t.id.as_bytes()).collect(),
-    };
+    let tenants: Vec<&[u8]> = written.iter().map(|(w, ..)| w.tenant.as_bytes()).collect();
+    let ids: Vec<&[u8]> = written.iter().map(|(_, t, _)| t.id.as_bytes()).collect();
     // Push notifications, in write order.
     let mut push: [Vec<&[u8]>; 4] = Default::default();
     let mut push_versions: Vec<i64> = Vec::new();
@@ -520,11 +512,8 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
         if written.is_empty() {
             return Ok(0);
         }
-        tx.execute(
-            &notify,
-            &[&CHANNEL, &payloads, &cols.tenants, &cols.ids, &always],
-        )
-        .await
+        tx.execute(&notify, &[&CHANNEL, &payloads, &tenants, &ids, &always])
+            .await
     };
     let outbox_notified = async {
         if push_versions.is_empty() {
