@@ -551,3 +551,65 @@ async fn the_same_follow_up_sent_to_two_replicas_at_once_is_added_and_run_once()
     let runs = runs_of(&[&a, &b], &follow_ups).await;
     assert_eq!(runs, TASKS, "one run per follow-up");
 }
+
+/// Two different follow-ups for one interrupted task, sent to two replicas
+/// at once: their runs never overlap. The first run completes the task
+/// (the conformance agent's follow-up does), so the other message's run
+/// never starts, or the message comes too late and is refused: one run per
+/// task, as on one server (a terminal task runs nothing more). Each replica
+/// saw the task not active when its own message was committed; without a
+/// run claim in the database both started a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn different_follow_ups_sent_to_two_replicas_at_once_never_run_together() {
+    let Some((mut a, b)) = two_replicas("10s").await else {
+        return;
+    };
+    const TASKS: usize = 12;
+    let mut follow_ups = Vec::new();
+    let mut both_added = 0;
+    for _ in 0..TASKS {
+        let mut first = support::user_message("deploy");
+        first.message_id = format!("tck-input-required-{}", uuid::Uuid::new_v4());
+        let task =
+            support::send_task(&mut a.grpc, support::request("conformance", first, false)).await;
+        assert_eq!(state_of(&task), TaskState::InputRequired);
+        let mut on_a = support::user_message("from a");
+        on_a.task_id = task.id.clone();
+        let mut on_b = support::user_message("from b");
+        on_b.task_id = task.id.clone();
+        let (mut ga, mut gb) = (a.grpc.clone(), b.grpc.clone());
+        let (ra, rb) = within(
+            "both follow-ups",
+            futures_util::future::join(
+                ga.send_message(support::request("conformance", on_a.clone(), true)),
+                gb.send_message(support::request("conformance", on_b.clone(), true)),
+            ),
+        )
+        .await;
+        let mut added = Vec::new();
+        for (m, r) in [(&on_a, ra), (&on_b, rb)] {
+            match r {
+                Ok(_) => added.push(m.message_id.clone()),
+                // Too late: the other message's run completed the task.
+                Err(s) => assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}"),
+            }
+        }
+        assert!(!added.is_empty(), "one of the follow-ups is accepted");
+        both_added += usize::from(added.len() == 2);
+        let done = eventually_in(&mut a.grpc, "conformance", &task.id, "COMPLETED", |t| {
+            state_of(t) == TaskState::Completed
+        })
+        .await;
+        for id in &added {
+            let held = done.history.iter().filter(|h| &h.message_id == id).count();
+            assert_eq!(held, 1, "each accepted follow-up is in history once");
+        }
+        follow_ups.extend([on_a.message_id, on_b.message_id]);
+    }
+    let runs = runs_of(&[&a, &b], &follow_ups).await;
+    println!("both follow-ups accepted for {both_added} of {TASKS} tasks");
+    assert_eq!(
+        runs, TASKS,
+        "one run per task: a second follow-up's run never starts"
+    );
+}

@@ -137,6 +137,92 @@ async fn a_message_is_claimed_by_one_replica() {
     );
 }
 
+/// A task's runs are claimed by one replica at a time: a create holds
+/// them for the first run; another replica is refused until the holder
+/// releases them (and hears of the release), or until the holder's lease
+/// has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_runs_are_claimed_by_one_replica_at_a_time() {
+    use a2a_lifecycle::store::Change;
+    let Some(url) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let a = PostgresStore::open(&url).await.expect("open a");
+    let b = PostgresStore::open(&url).await.expect("open b");
+    let record = a2a_lifecycle::lifecycle::TaskRecord::submitted(
+        "task-1".into(),
+        "ctx".into(),
+        support::user_message("hello"),
+        a2a_lifecycle::runtime::now(),
+    );
+    a.create("t", &record).await.unwrap();
+    assert_eq!(
+        b.claim_run("t", "task-1").await.unwrap(),
+        None,
+        "held by its create"
+    );
+    assert_eq!(
+        a.claim_run("t", "task-1").await.unwrap(),
+        Some(1),
+        "its own"
+    );
+    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    // b listens on a connection of its own, opened in the background:
+    // announce a probe until b hears one, so the release is not missed.
+    let mut heard = b.changes().expect("a shared store announces changes");
+    support::within("b listening", async {
+        loop {
+            db.execute("SELECT pg_notify('a2a_tasks', '1:t5:probe1')", &[])
+                .await
+                .unwrap();
+            let probe = tokio::time::timeout(std::time::Duration::from_millis(100), heard.recv());
+            if let Ok(Ok(Change::Task { task_id, .. })) = probe.await
+                && task_id == "probe"
+            {
+                break;
+            }
+        }
+    })
+    .await;
+    a.release_run("t", "task-1").await.unwrap();
+    support::within("the release announced", async {
+        loop {
+            if let Ok(Change::Task {
+                task_id, version, ..
+            }) = heard.recv().await
+                && task_id == "task-1"
+            {
+                assert_eq!(version, 1);
+                break;
+            }
+        }
+    })
+    .await;
+    assert_eq!(b.claim_run("t", "task-1").await.unwrap(), Some(1));
+    assert_eq!(a.claim_run("t", "task-1").await.unwrap(), None);
+    // A release by a replica that does not hold them changes nothing.
+    a.release_run("t", "task-1").await.unwrap();
+    assert_eq!(a.claim_run("t", "task-1").await.unwrap(), None);
+    // The holder's lease runs out: taken over.
+    let b_id = b.replica_id();
+    drop(b);
+    db.execute(
+        "UPDATE replicas SET lease_until = now() - interval '1 second' WHERE id = $1",
+        &[&b_id.as_bytes().as_slice()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(a.claim_run("t", "task-1").await.unwrap(), Some(1));
+    assert_eq!(
+        a.claim_run("t", "nope").await.unwrap(),
+        None,
+        "no such task"
+    );
+}
+
 /// An active record that no longer decodes is moved to `quarantine` when
 /// recovery reads the active tasks, so recovery goes on; GetTask of it is
 /// INTERNAL naming the table, and ListTasks no longer shows it.

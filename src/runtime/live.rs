@@ -121,11 +121,31 @@ pub(crate) struct Runs {
     queue: VecDeque<Queued>,
     /// The running executor's cancellation, for CancelTask.
     cancel: Option<CancellationToken>,
+    /// On a store shared by replicas, this replica's claim on the task's
+    /// runs ([`crate::store::TaskStore::claim_run`]): another replica may
+    /// have queued a run of a message it got.
+    claim: RunClaim,
+}
+
+/// Where this replica's claim on a task's runs stands. A claim being taken
+/// or released dispatches again when that is done.
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+enum RunClaim {
+    #[default]
+    Free,
+    Claiming,
+    Held,
+    Releasing,
 }
 
 impl Runs {
     fn idle(&self) -> bool {
         !self.active && self.queue.is_empty()
+    }
+
+    /// A queued run could start but none runs here.
+    fn waiting(&self) -> bool {
+        !self.active && self.queue.front().is_some_and(|q| q.committed)
     }
 }
 
@@ -885,8 +905,15 @@ impl LiveTask {
     /// here follows it: loaded, no run of its own going on here, and
     /// watched by a stream or a waiting request.
     pub(crate) fn followed_remotely(&self) -> bool {
-        if self.runs().active {
-            return false;
+        {
+            let runs = self.runs();
+            if runs.active {
+                return false;
+            }
+            // Waiting for another replica's run to end (a claim refused).
+            if runs.waiting() {
+                return true;
+            }
         }
         let Ok(guard) = self.state.try_lock() else {
             return false;
@@ -920,7 +947,16 @@ impl LiveTask {
             .await
         {
             Ok(Some(up)) if up.task.version > from => up,
-            Ok(_) => return,
+            Ok(_) => {
+                // Nothing new, but a queued run may wait for a claim
+                // another replica has released since (or just taken).
+                if self.runs().waiting()
+                    && let Ok(mut guard) = self.lock_loaded(&shared).await
+                {
+                    self.dispatch_locked(&shared, guard.as_mut().expect("loaded"));
+                }
+                return;
+            }
             Err(e) => {
                 tracing::debug!(task_id = %self.key.id, error = %e, "catching up failed; retried at the next look");
                 return;
@@ -1105,6 +1141,63 @@ impl LiveTask {
         Ok(task_view(&loaded.task(), history, include_artifacts))
     }
 
+    /// Claims the task's runs for the queued run waiting here
+    /// ([`crate::store::TaskStore::claim_run`]), then dispatches it. While
+    /// another replica holds them, the run waits: its release is announced
+    /// ([`super::TaskManager::follow_changes`]), and the claim is tried
+    /// again at every look at followed tasks in any case.
+    async fn claim_runs(self: Arc<Self>, shared: Arc<Shared>) {
+        let claimed = shared.store.claim_run(&self.key.tenant, &self.key.id).await;
+        self.runs().claim = match claimed {
+            Ok(Some(_)) => RunClaim::Held,
+            _ => RunClaim::Free,
+        };
+        match claimed {
+            // The previous holder's last writes may not be here yet: the
+            // run starts from the task as it is now.
+            Ok(Some(version)) if self.behind(version) => {
+                self.catch_up(shared).await;
+            }
+            Ok(Some(_)) => {
+                if let Ok(mut guard) = self.lock_loaded(&shared).await {
+                    self.dispatch_locked(&shared, guard.as_mut().expect("loaded"));
+                }
+            }
+            Ok(None) => {
+                tracing::debug!(task_id = %self.key.id, "queued run waits for another replica's run");
+                self.watch_if_followed(&shared);
+            }
+            Err(e) => {
+                tracing::debug!(task_id = %self.key.id, error = %e, "claiming the task's runs failed; tried again at the next look");
+            }
+        }
+    }
+
+    /// Releases the task's runs ([`crate::store::TaskStore::release_run`]),
+    /// retried with backoff while the store refuses (a replica holding
+    /// them would keep every other from running the task), then dispatches
+    /// whatever was queued here meanwhile.
+    async fn release_runs(self: Arc<Self>, shared: Arc<Shared>) {
+        let mut delay = FAIL_RETRY_FIRST;
+        while let Err(e) = shared
+            .store
+            .release_run(&self.key.tenant, &self.key.id)
+            .await
+        {
+            tracing::warn!(task_id = %self.key.id, error = %e, retry_in = ?delay, "releasing the task's runs failed");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                // The lease ends with the process; so does the claim.
+                _ = shared.shutdown.cancelled() => break,
+            }
+            delay = (delay * 2).min(FAIL_RETRY_MAX);
+        }
+        self.runs().claim = RunClaim::Free;
+        if let Ok(mut guard) = self.lock_loaded(&shared).await {
+            self.dispatch_locked(&shared, guard.as_mut().expect("loaded"));
+        }
+    }
+
     fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
         // Poisoning would need a panic while it is held, and nothing held
         // under it panics; recover the data rather than spread the panic.
@@ -1135,10 +1228,20 @@ impl LiveTask {
         self.runs().queue.len()
     }
 
+    /// Whether a queued run here waits for the claim on the task's runs,
+    /// which another replica holds: worth trying again after any change.
+    pub(crate) fn waits_to_run(&self) -> bool {
+        let runs = self.runs();
+        runs.waiting() && runs.claim == RunClaim::Free
+    }
+
     /// The first run of a new task, started by its creating message.
     pub(crate) fn begin_first_run(&self, cancel: CancellationToken) {
         let mut runs = self.runs();
         runs.active = true;
+        // A create holds its task for the first run (on a store of one
+        // process the claim is never looked at).
+        runs.claim = RunClaim::Held;
         self.current_run
             .store(1, std::sync::atomic::Ordering::Relaxed);
         runs.reserved = 1;
@@ -1276,6 +1379,17 @@ impl LiveTask {
             // the next run starts once that one has ended, caught up.
             return;
         }
+        if shared.replicated && runs.claim != RunClaim::Held {
+            // Another replica may hold the task for a run of a message it
+            // got: claim the runs first (each replica saw the task not
+            // active, so the state alone would let both start one).
+            if runs.waiting() && runs.claim == RunClaim::Free {
+                runs.claim = RunClaim::Claiming;
+                drop(runs);
+                tokio::spawn(self.clone().claim_runs(shared.clone()));
+            }
+            return;
+        }
         if runs.queue.front().is_some_and(|q| q.committed) {
             let Queued { seq, request, .. } = runs.queue.pop_front().expect("front");
             let cancelled = shared.shutdown.child_token();
@@ -1301,6 +1415,12 @@ impl LiveTask {
             };
             shared.start_follow_up(self.clone(), request.agent, ctx);
             return;
+        }
+        if shared.replicated && runs.claim == RunClaim::Held && !runs.active {
+            // Nothing to run here and the task interrupted: another
+            // replica may run the next message.
+            runs.claim = RunClaim::Releasing;
+            tokio::spawn(self.clone().release_runs(shared.clone()));
         }
         if runs.idle()
             && loaded.committed_state().is_interrupted()

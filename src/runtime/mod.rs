@@ -1025,8 +1025,10 @@ impl TaskManager {
                 change = changes.recv() => match change {
                     Ok(Change::Task { tenant, task_id, version }) => {
                         let key = TaskKey { tenant, id: task_id };
+                        // Behind, or a queued run waits for the claim
+                        // this may be the release of.
                         if let Some(live) = self.shared.find_live(&key)
-                            && live.behind(version)
+                            && (live.behind(version) || live.waits_to_run())
                         {
                             tokio::spawn(live.catch_up(self.shared.clone()));
                         }

@@ -409,6 +409,24 @@ pub trait TaskStore: Send + Sync + 'static {
     /// with its tenant: what recovery after a restart looks at.
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError>;
 
+    /// Claims task `task_id` for the run of a follow-up message queued
+    /// here, so that of the replicas sharing a store, one at a time runs
+    /// the task: `Some(version)` (the task's version now) when this process
+    /// holds it, `None` while another live one does. A create holds its
+    /// task for the first run. A store of one process: always held (its
+    /// runtime runs one run per task at a time in memory).
+    async fn claim_run(&self, _tenant: &str, _task_id: &str) -> Result<Option<u64>, StoreError> {
+        Ok(Some(0))
+    }
+
+    /// Releases this process's claim on the task's runs
+    /// ([`TaskStore::claim_run`]) after a run that left it interrupted,
+    /// and wakes the replicas whose queued runs wait for it
+    /// ([`TaskStore::changes`]).
+    async fn release_run(&self, _tenant: &str, _task_id: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The active tasks nothing runs any more, in all tenants: for a store
     /// of one process, every active task (run it at start-up); for one
     /// shared by replicas, those whose runner's lease has expired.

@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0004_job_holders.sql"),
     include_str!("../../../migrations/postgres/0005_task_watchers.sql"),
     include_str!("../../../migrations/postgres/0006_quarantine.sql"),
+    include_str!("../../../migrations/postgres/0007_run_claims.sql"),
 ];
 
 /// How long each write's events are kept for other replicas' subscribers
@@ -560,6 +561,45 @@ impl TaskStore for PostgresStore {
                 "DELETE FROM origin_claims WHERE tenant = $1 AND origin = $2 AND replica = $3 \
                  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2)",
                 &[&tenant.as_bytes(), &key, &self.replica],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn claim_run(&self, tenant: &str, task_id: &str) -> Result<Option<u64>, StoreError> {
+        let client = self.client().await?;
+        // Free, already this replica's, or held by a replica whose lease
+        // has expired (its run is over: it is failed or about to be).
+        let row = client
+            .query_opt(
+                "UPDATE tasks SET runner = $3, run_held = true \
+                 WHERE tenant = $1 AND id = $2 AND (NOT run_held OR runner = $3 \
+                 OR runner NOT IN (SELECT id FROM replicas WHERE lease_until > now())) \
+                 RETURNING version",
+                &[&tenant.as_bytes(), &task_id.as_bytes(), &self.replica],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn release_run(&self, tenant: &str, task_id: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        // Announced like a write at the task's version: a replica whose
+        // queued run waits for the claim tries again at once.
+        client
+            .query_opt(
+                "WITH released AS (UPDATE tasks SET run_held = false \
+                 WHERE tenant = $1 AND id = $2 AND runner = $3 AND run_held RETURNING version) \
+                 SELECT pg_notify($4, $5 || released.version::text) FROM released",
+                &[
+                    &tenant.as_bytes(),
+                    &task_id.as_bytes(),
+                    &self.replica,
+                    &writer::CHANNEL,
+                    &writer::notification_prefix(tenant, task_id),
+                ],
             )
             .await
             .map_err(unavailable)?;

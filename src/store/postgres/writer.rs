@@ -50,9 +50,10 @@ const RETRIES: usize = 3;
 /// The creates. A new task's first write logs no events: no replica
 /// watches it yet, and one that loads it later reads it at version 1 or
 /// after.
+/// A create holds the task for its first run (`run_held`), which made it.
 const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
-     status_nanos, owner, origin, version, record, runner) \
-     SELECT tenant, id, context_id, state, s, n, owner, origin, 1, record, $10 \
+     status_nanos, owner, origin, version, record, runner, run_held) \
+     SELECT tenant, id, context_id, state, s, n, owner, origin, 1, record, $10, true \
      FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::int4[], $5::int8[], $6::int4[], \
      $7::bytea[], $8::bytea[], $9::bytea[]) \
      AS u(tenant, id, context_id, state, s, n, owner, origin, record) \
@@ -577,8 +578,13 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
 /// most `service::validate::MAX_ID_BYTES` (256) bytes, so a payload stays
 /// far below PostgreSQL's 8000-byte limit.
 pub(super) fn notification(tenant: &str, id: &str, version: u64) -> String {
+    format!("{}{version}", notification_prefix(tenant, id))
+}
+
+/// A notification's payload up to its version.
+pub(super) fn notification_prefix(tenant: &str, id: &str) -> String {
     let (tenant, id) = (escape(tenant), escape(id));
-    format!("{}:{tenant}{}:{id}{version}", tenant.len(), id.len())
+    format!("{}:{tenant}{}:{id}", tenant.len(), id.len())
 }
 
 /// A payload is text without NUL: `%` and NUL are written `%25`, `%00`.
