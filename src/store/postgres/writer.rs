@@ -14,13 +14,17 @@
 //! disk, made more transactions and cost more CPU than the flush it
 //! saved: measured 9,700 sends/s against 10,400).
 //!
-//! A write refused by its key or version does not fail the batch: creates
-//! are `INSERT ... ON CONFLICT DO NOTHING` and updates name the version
-//! they expect, so a refused write changes no row and the others commit.
-//! Why it was refused is looked up after the commit. A batch that fails
-//! for another reason is retried write by write, so one bad write cannot
-//! fail the writes that were queued beside it; a lost connection fails
-//! them all with UNAVAILABLE.
+//! A write refused by its version or a taken claim does not fail the
+//! batch: updates name the version they expect and claims are `INSERT ...
+//! ON CONFLICT DO NOTHING`, so a refused one changes no row and the others
+//! commit; why it was refused is looked up after the commit. Creates are
+//! plain inserts: a taken key is all but unheard of for them (ids are
+//! generated here, and a message's key is claimed before its run), and
+//! the conflict check before each row of `ON CONFLICT` cost more than a
+//! tenth of the database's CPU in the send workload. A batch the database
+//! refuses (a taken key among them) is retried write by write, so one bad
+//! write cannot fail the writes that were queued beside it; a lost
+//! connection fails them all with UNAVAILABLE.
 //!
 //! Rows are locked in key order within a batch (the batch is sorted), so
 //! two replicas' batches touching the same tasks wait for each other
@@ -57,7 +61,7 @@ const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_s
      FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::int4[], $5::int8[], $6::int4[], \
      $7::bytea[], $8::bytea[], $9::bytea[]) \
      AS u(tenant, id, context_id, state, s, n, owner, origin, record) \
-     ON CONFLICT DO NOTHING RETURNING tenant, id";
+     RETURNING tenant, id";
 /// The updates, and the events of those made, for any replica that follows
 /// the task or will. Logged whether or not a replica watches the task
 /// now: a replica starting to watch cannot make a writer whose statement
@@ -256,6 +260,21 @@ async fn commit(cx: &Context, batch: Vec<Write>) {
                 let _ = write.reply.send(result);
             }
         }
+        // A create alone whose key is taken: why, as for a refused write.
+        Err(e)
+            if e.key_taken()
+                && matches!(
+                    &batch[..],
+                    [Write {
+                        kind: Kind::Create(_),
+                        ..
+                    }]
+                ) =>
+        {
+            let write = batch.into_iter().next().expect("one write");
+            let result = why_refused(&cx.pool, &write).await;
+            let _ = write.reply.send(result);
+        }
         Err(e) if batch.len() > 1 && e.refused() => {
             // The database refused something in the batch: find which,
             // one write at a time.
@@ -292,6 +311,12 @@ impl Failure {
         e.code().is_some_and(|c| {
             *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
         })
+    }
+
+    /// A unique index refused a create.
+    fn key_taken(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        matches!(self, Failure::Database(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION))
     }
 
     /// The database answered with an error (rather than the connection
@@ -373,8 +398,6 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
             Kind::Claim(_) => None,
         })
         .collect();
-    let tenants: Vec<&[u8]> = written.iter().map(|(w, ..)| w.tenant.as_bytes()).collect();
-    let ids: Vec<&[u8]> = written.iter().map(|(_, t, _)| t.id.as_bytes()).collect();
     // Push notifications, in write order.
     let mut push: [Vec<&[u8]>; 4] = Default::default();
     let mut push_versions: Vec<i64> = Vec::new();
@@ -387,16 +410,26 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
             push_versions.push(*v);
         }
     }
-    let payloads: Vec<String> = written
+    // What the other replicas may need to hear of: a run's create is
+    // announced to nobody (no replica can watch a task before it exists),
+    // so the send workload's batches (claims and creates) notify nothing
+    // and skip the statement.
+    let announced: Vec<&(&Write, &EncodedTask, i64)> = written
+        .iter()
+        .filter(|(w, t, _)| !t.by_run || matches!(w.kind, Kind::Update(..)))
+        .collect();
+    let payloads: Vec<String> = announced
         .iter()
         .map(|(w, t, v)| notification(&w.tenant, &t.id, *v as u64))
         .collect();
-    let always: Vec<bool> = written.iter().map(|(_, t, _)| !t.by_run).collect();
+    let tenants: Vec<&[u8]> = announced
+        .iter()
+        .map(|(w, ..)| w.tenant.as_bytes())
+        .collect();
+    let ids: Vec<&[u8]> = announced.iter().map(|(_, t, _)| t.id.as_bytes()).collect();
+    let always: Vec<bool> = announced.iter().map(|(_, t, _)| !t.by_run).collect();
 
-    // Planned for each batch, with its arrays' sizes and the tables' as
-    // they are now: a generic plan cached while the tables were small
-    // scans them whole once they are not.
-    let begin = tx.batch_execute("BEGIN; SET LOCAL plan_cache_mode = force_custom_plan");
+    let begin = tx.batch_execute("BEGIN");
     let claimed = async {
         if claims.is_empty() {
             return Ok(Vec::new());
@@ -440,6 +473,20 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
             ],
         )
         .await
+    };
+    // The updates and the push notifications are planned for each batch,
+    // with its arrays' sizes and the tables' as they are now: a generic
+    // plan cached while the tables were small scans them whole once they
+    // are not. The claims and creates before them look nothing up but
+    // their keys, and keep their cached plans (planning every statement
+    // of every batch was an eighth of the database's CPU in the send
+    // workload).
+    let planned = async {
+        if updates.is_empty() && push_versions.is_empty() {
+            return Ok(());
+        }
+        tx.batch_execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            .await
     };
     let updated = async {
         if updates.is_empty() {
@@ -510,7 +557,7 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
         .await
     };
     let notified = async {
-        if written.is_empty() {
+        if announced.is_empty() {
             return Ok(0);
         }
         tx.execute(&notify, &[&CHANNEL, &payloads, &tenants, &ids, &always])
@@ -525,10 +572,22 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     let commit = tx.batch_execute("COMMIT");
     // Polled in this order, so sent in this order: each future sends its
     // statement at its first poll, before it waits for anything.
-    let (begun, claimed, created, updated, locked, pushed, notified, outbox_notified, committed) = tokio::join!(
+    let (
+        begun,
+        claimed,
+        created,
+        planned,
+        updated,
+        locked,
+        pushed,
+        notified,
+        outbox_notified,
+        committed,
+    ) = tokio::join!(
         begin,
         claimed,
         created,
+        planned,
         updated,
         locked,
         pushed,
@@ -539,7 +598,9 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     // The first failure is the one to report (a later statement of an
     // aborted transaction only says it was aborted).
     begun?;
-    let (claimed, created, updated) = (claimed?, created?, updated?);
+    let (claimed, created) = (claimed?, created?);
+    planned?;
+    let updated = updated?;
     locked?;
     pushed?;
     notified?;
