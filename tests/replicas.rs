@@ -95,6 +95,21 @@ async fn runs_of(replicas: &[&Replica], ids: &[String]) -> usize {
     runs
 }
 
+/// A new task of the conformance agent on `replica`, waiting for input
+/// (its follow-up completes it).
+async fn input_required_task(replica: &mut Replica) -> Task {
+    let mut first = support::user_message("deploy");
+    first.message_id = format!("tck-input-required-{}", uuid::Uuid::new_v4());
+    let request = support::request("conformance", first, false);
+    let task = within(
+        "the first message",
+        support::send_task(&mut replica.grpc, request),
+    )
+    .await;
+    assert_eq!(state_of(&task), TaskState::InputRequired);
+    task
+}
+
 /// Polls GetTask on `grpc` until `done` holds for the task.
 async fn eventually(grpc: &mut Client, id: &str, what: &str, done: impl Fn(&Task) -> bool) -> Task {
     eventually_in(grpc, "", id, what, done).await
@@ -510,11 +525,7 @@ async fn the_same_follow_up_sent_to_two_replicas_at_once_is_added_and_run_once()
     const TASKS: usize = 5;
     let mut follow_ups = Vec::new();
     for _ in 0..TASKS {
-        let mut first = support::user_message("deploy");
-        first.message_id = format!("tck-input-required-{}", uuid::Uuid::new_v4());
-        let task =
-            support::send_task(&mut a.grpc, support::request("conformance", first, false)).await;
-        assert_eq!(state_of(&task), TaskState::InputRequired);
+        let task = input_required_task(&mut a).await;
         let mut follow_up = support::user_message("here it is");
         follow_up.task_id = task.id.clone();
         let (mut ga, mut gb) = (a.grpc.clone(), b.grpc.clone());
@@ -568,11 +579,7 @@ async fn different_follow_ups_sent_to_two_replicas_at_once_never_run_together() 
     let mut follow_ups = Vec::new();
     let mut both_added = 0;
     for _ in 0..TASKS {
-        let mut first = support::user_message("deploy");
-        first.message_id = format!("tck-input-required-{}", uuid::Uuid::new_v4());
-        let task =
-            support::send_task(&mut a.grpc, support::request("conformance", first, false)).await;
-        assert_eq!(state_of(&task), TaskState::InputRequired);
+        let task = input_required_task(&mut a).await;
         let mut on_a = support::user_message("from a");
         on_a.task_id = task.id.clone();
         let mut on_b = support::user_message("from b");
