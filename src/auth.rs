@@ -135,6 +135,20 @@ pub enum AuthError {
     InvalidToken(String),
 }
 
+impl AuthError {
+    /// A bounded name of the reason, as the `reason` label of
+    /// `a2a_auth_failures_total` shows it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing",
+            AuthError::Malformed => "malformed",
+            AuthError::UnknownKey => "unknown_key",
+            AuthError::UnknownCertificate(_) => "unknown_certificate",
+            AuthError::InvalidToken(_) => "invalid_token",
+        }
+    }
+}
+
 /// Why an auth file cannot be used; the server refuses to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

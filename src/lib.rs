@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod error;
 pub mod json;
 pub mod lifecycle;
+pub mod metrics;
 pub mod proto;
 pub mod push;
 pub mod runtime;

@@ -17,6 +17,7 @@ use a2a_lifecycle::connections;
 use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::json;
 use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
+use a2a_lifecycle::metrics::Metrics;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
     AuthenticationInfo, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
@@ -144,6 +145,10 @@ enum Command {
         /// Enforce seed 001's stricter transition table (see README).
         #[arg(long)]
         strict_transitions: bool,
+        /// Count nothing and serve no `GET /metrics` (metrics are on by
+        /// default; see README, Operations).
+        #[arg(long)]
+        no_metrics: bool,
         /// FAIL a task still SUBMITTED or WORKING this long after its run
         /// started (e.g. `30s`, `10m`); off by default.
         #[arg(long, value_parser = humantime::parse_duration)]
@@ -454,6 +459,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             store,
             lease,
             strict_transitions,
+            no_metrics,
             task_timeout,
             retain,
             deployer_approval_delay,
@@ -523,6 +529,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 },
                 task_timeout,
                 retain: retain.0,
+                metrics: (!no_metrics).then(|| std::sync::Arc::new(Metrics::new())),
                 ..Default::default()
             };
             let agents = demo_router_with(

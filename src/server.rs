@@ -226,6 +226,7 @@ pub async fn serve_manager_tls(
             manager.shutdown_token(),
         ));
     }
+    let auth_for_metrics = auth.clone();
     let a2a = A2aGrpc::new(manager.clone(), cards.clone())
         .with_auth(auth)
         .with_push(egress);
@@ -250,7 +251,14 @@ pub async fn serve_manager_tls(
         &limits,
         tls.is_some(),
     );
-    let routes = Routes::from(cards.router())
+    let metrics = manager.metrics().cloned();
+    let http = match &metrics {
+        Some(metrics) => cards
+            .router()
+            .merge(metrics_router(metrics.clone(), auth_for_metrics)),
+        None => cards.router(),
+    };
+    let routes = Routes::from(http)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -258,6 +266,7 @@ pub async fn serve_manager_tls(
     let service = tower::ServiceBuilder::new()
         .map_response(transport_error_info)
         .service(routes);
+    let service = crate::metrics::Observed::new(service, metrics.map(|m| m.rpc.clone()));
     // A client holding a half-sent request or a silent connection does not
     // hold shutdown: past the grace period the rest is cut.
     connections::serve(incoming, service, &limits, tls, signal).await;
@@ -265,6 +274,46 @@ pub async fn serve_manager_tls(
     // with the shutdown message), and those that do not are failed here.
     manager.drain_runs(limits.shutdown_grace).await;
     Ok(())
+}
+
+/// `GET /metrics`: the server's metrics ([`crate::metrics`]), in the
+/// OpenMetrics text format. With authentication on, for authenticated
+/// callers only (any principal: the counts span every tenant but name no
+/// task); `401` for others.
+fn metrics_router(
+    metrics: Arc<crate::metrics::Metrics>,
+    auth: Option<Arc<Authenticator>>,
+) -> axum::Router {
+    use axum::response::IntoResponse;
+    let scrape = move |request: axum::extract::Request| {
+        let (metrics, auth) = (metrics.clone(), auth.clone());
+        async move {
+            if let Some(auth) = &auth {
+                let authorization = request
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .map(|v| v.to_str().unwrap_or(""));
+                let certificate = request
+                    .extensions()
+                    .get::<connections::ClientCertificate>()
+                    .map(|c| c.name.as_str());
+                if let Err(e) = auth.authenticate_request(authorization, certificate) {
+                    return (
+                        http::StatusCode::UNAUTHORIZED,
+                        [(http::header::WWW_AUTHENTICATE, "Bearer")],
+                        format!("{e}\n"),
+                    )
+                        .into_response();
+                }
+            }
+            (
+                [(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+                metrics.render(),
+            )
+                .into_response()
+        }
+    };
+    axum::Router::new().route("/metrics", axum::routing::get(scrape))
 }
 
 /// Errors tonic answers itself before a handler runs carry no details; the

@@ -617,6 +617,8 @@ impl LiveTask {
                 } => (write, version, count),
             };
             // Version 0: the task is new, and this write creates it.
+            // Timed only when counted (a clock read per write otherwise).
+            let started = shared.store_metrics.is_some().then(std::time::Instant::now);
             let result = if version == 0 {
                 shared.store.create_encoded(&self.key.tenant, &write).await
             } else {
@@ -625,6 +627,9 @@ impl LiveTask {
                     .update_encoded(&self.key.tenant, &write, version)
                     .await
             };
+            if let (Some(metrics), Some(started)) = (&shared.store_metrics, started) {
+                metrics.written(started.elapsed(), result.is_ok());
+            }
             let mut guard = self.state.lock().await;
             let Some(loaded) = guard.as_mut() else { return };
             let go_on = match result {
@@ -704,6 +709,14 @@ impl LiveTask {
         }
         loaded.committed = Some(write);
         let done: Vec<Pending> = loaded.pending.drain(..count).collect();
+        if let Some(metrics) = &shared.config.metrics {
+            count_committed(
+                metrics,
+                &shared.agent_label(&self.key.tenant),
+                version,
+                &done,
+            );
+        }
         let mut follow_ups = false;
         for p in done {
             self.publish(loaded, p.run, p.out);
@@ -1428,6 +1441,30 @@ impl LiveTask {
             && tx.receiver_count() > 0
         {
             let _ = tx.send(Arc::new(Signal::Idle));
+        }
+    }
+}
+
+/// Counts a commit at `version` of the events `done`: a task created
+/// (version 1), and each state it reached (the created task's, and each
+/// status update's).
+fn count_committed(
+    metrics: &crate::metrics::Metrics,
+    agent: &Arc<str>,
+    version: u64,
+    done: &[Pending],
+) {
+    if version == 1 {
+        metrics.tasks.created(agent);
+    }
+    for p in done {
+        let status = match p.out.as_ref().and_then(|o| o.payload.as_ref()) {
+            Some(Payload::Task(t)) => t.status.as_ref(),
+            Some(Payload::StatusUpdate(u)) => u.status.as_ref(),
+            _ => None,
+        };
+        if let Some(state) = status.and_then(|s| TaskState::try_from(s.state).ok()) {
+            metrics.tasks.reached(agent, state.as_str_name());
         }
     }
 }

@@ -130,6 +130,9 @@ pub struct RuntimeConfig {
     pub retain: Option<Duration>,
     /// Interval of the retention sweep.
     pub sweep_every: Duration,
+    /// Where tasks, runs and streams are counted (`GET /metrics`); on by
+    /// default; `None`: not counted (`serve --no-metrics`), at no cost.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Default for RuntimeConfig {
@@ -140,6 +143,7 @@ impl Default for RuntimeConfig {
             task_timeout: None,
             retain: Some(DEFAULT_RETAIN),
             sweep_every: RETENTION_SWEEP_INTERVAL,
+            metrics: Some(Arc::new(crate::metrics::Metrics::new())),
         }
     }
 }
@@ -173,6 +177,23 @@ pub(crate) struct Shared {
     /// carry their events for the others, and a run starts only on a task
     /// no replica is running.
     pub(crate) replicated: bool,
+    /// The `agent` label of each served tenant's tasks (its card's name),
+    /// made once: metrics label tasks by agent, never by free text.
+    agent_labels: HashMap<String, Arc<str>>,
+    /// The store's metrics, for its backend (when metrics are on).
+    pub(crate) store_metrics: Option<crate::metrics::BackendMetrics>,
+}
+
+impl Shared {
+    /// The `agent` label of the tasks of `tenant`: its agent's name, or
+    /// `unknown` for a tenant no longer served (a task read back from an
+    /// older configuration's store).
+    pub(crate) fn agent_label(&self, tenant: &str) -> Arc<str> {
+        self.agent_labels
+            .get(tenant)
+            .cloned()
+            .unwrap_or_else(|| Arc::from("unknown"))
+    }
 }
 
 /// Repeats waiting on the first request for (tenant, message_id).
@@ -417,8 +438,23 @@ fn follow_up_admissible(
 
 impl TaskManager {
     pub fn new(store: Arc<dyn TaskStore>, agents: AgentRouter, config: RuntimeConfig) -> Self {
+        let agent_labels = agents
+            .tenants()
+            .into_iter()
+            .filter_map(|tenant| {
+                let name = agents.route(&tenant)?.card().name;
+                Some((tenant, Arc::from(name)))
+            })
+            .collect();
+        let store_metrics = config.metrics.as_ref().map(|m| {
+            let backend = m.store.backend(store.backend());
+            store.instrument(backend.writer.clone());
+            backend
+        });
         TaskManager {
             shared: Arc::new(Shared {
+                agent_labels,
+                store_metrics,
                 agents,
                 config,
                 live: Mutex::new(HashMap::default()),
@@ -438,6 +474,12 @@ impl TaskManager {
 
     pub fn agents(&self) -> &AgentRouter {
         &self.shared.agents
+    }
+
+    /// Where this server counts what it does, when it does
+    /// ([`RuntimeConfig::metrics`]).
+    pub fn metrics(&self) -> Option<&Arc<crate::metrics::Metrics>> {
+        self.shared.config.metrics.as_ref()
     }
 
     /// How many tasks are held in memory right now (running, streamed or

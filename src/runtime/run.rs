@@ -96,8 +96,10 @@ pub(super) fn spawn(
     };
     let timeout = shared.config.task_timeout;
     let running = RunningGuard::new(shared, &sink.inner.key);
+    let counted = shared.config.metrics.as_ref().map(|m| m.tasks.run());
     tokio::spawn(async move {
         let _running = running;
+        let _counted = counted;
         // The executor's future is polled only here; a panic in it leaves
         // nothing half-updated that this task reads afterwards (the sink's
         // state is behind its own locks).

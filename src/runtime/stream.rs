@@ -91,6 +91,13 @@ impl TaskManager {
                 yield Err(A2aError::Internal("stream without a subscription".into()));
                 return;
             };
+            // Counted open until the stream is dropped, however it ends.
+            let _open = shared.config.metrics.as_ref().map(|m| {
+                m.streams.open(match close_at {
+                    CloseAt::Terminal => "subscribe",
+                    CloseAt::TerminalOrInputRequired => "send",
+                })
+            });
             let snapshot = task_event(snapshot);
             let closes = event_state(&snapshot)
                 .is_some_and(|s| close_at.closes_at_snapshot(s, run_started, idle));
@@ -125,6 +132,9 @@ impl TaskManager {
                     Err(RecvError::Closed) => false,
                 };
                 let (event, closes) = if resync {
+                    if let Some(m) = &shared.config.metrics {
+                        m.streams.resynced();
+                    }
                     match live.resubscribe(&shared, run).await {
                         Ok((task, fresh, idle, own_run)) => {
                             rx = fresh;

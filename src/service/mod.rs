@@ -121,6 +121,9 @@ impl A2aGrpc {
             Err(e) => {
                 let peer = request.remote_addr();
                 tracing::warn!(peer = ?peer, reason = %e, "authentication failed");
+                if let Some(metrics) = self.manager.metrics() {
+                    metrics.auth.failed(e.kind());
+                }
                 // Past a few failures, a peer waits for each answer.
                 if let Some(peer) = peer {
                     let delay = auth.failed(peer.ip());

@@ -127,6 +127,10 @@ fn poisoned<T>(_: T) -> StoreError {
 
 #[async_trait]
 impl TaskStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         let entry = Entry::new(task, 1);
         let origin = task.origin.as_slice();

@@ -409,6 +409,16 @@ pub trait TaskStore: Send + Sync + 'static {
     /// with its tenant: what recovery after a restart looks at.
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError>;
 
+    /// The backend's name, as the `backend` label of the store metrics
+    /// shows it.
+    fn backend(&self) -> &'static str {
+        "custom"
+    }
+
+    /// Hands the store's writer its metrics (batch sizes, queue depth),
+    /// for a backend that groups writes; once, when the server starts.
+    fn instrument(&self, _writer: crate::metrics::WriterMetrics) {}
+
     /// Claims task `task_id` for the run of a follow-up message queued
     /// here, so that of the replicas sharing a store, one at a time runs
     /// the task: `Some(version)` (the task's version now) when this process

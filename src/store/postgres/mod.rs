@@ -493,6 +493,14 @@ fn push_filters(sql: &mut Sql, tenant: &str, query: &ListQuery) {
 
 #[async_trait]
 impl TaskStore for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn instrument(&self, writer: crate::metrics::WriterMetrics) {
+        self.writers.instrument(writer);
+    }
+
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         self.writers.write(tenant, Kind::Create(task.clone())).await
     }

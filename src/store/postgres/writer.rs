@@ -156,6 +156,7 @@ enum Done {
 #[derive(Clone)]
 pub(super) struct Writers {
     queue: mpsc::Sender<Write>,
+    cx: Arc<Context>,
 }
 
 /// What the writers need besides their queue.
@@ -164,17 +165,28 @@ struct Context {
     /// This replica's id: the runner of the tasks its runs write, the
     /// holder of the claims it makes.
     replica: Vec<u8>,
+    /// Where the writers record their batches, once the server says.
+    metrics: std::sync::OnceLock<crate::metrics::WriterMetrics>,
 }
 
 impl Writers {
     pub(super) fn start(pool: Pool, replica: Vec<u8>) -> Self {
         let (queue, rx) = mpsc::channel(WRITE_QUEUE);
         let rx = Arc::new(Mutex::new(rx));
-        let cx = Arc::new(Context { pool, replica });
+        let cx = Arc::new(Context {
+            pool,
+            replica,
+            metrics: std::sync::OnceLock::new(),
+        });
         for _ in 0..WRITERS {
             tokio::spawn(writer(cx.clone(), rx.clone()));
         }
-        Writers { queue }
+        Writers { queue, cx }
+    }
+
+    /// Only the first server's: one store, one set of writers.
+    pub(super) fn instrument(&self, metrics: crate::metrics::WriterMetrics) {
+        let _ = self.cx.metrics.set(metrics);
     }
 
     /// Queues a write and waits for its commit.
@@ -203,6 +215,9 @@ async fn writer(cx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Write>>>) {
             let mut rx = queue.lock().await;
             if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
                 return;
+            }
+            if let Some(metrics) = cx.metrics.get() {
+                metrics.batch(batch.len(), rx.len());
             }
         }
         // Key order: see the module docs. The sort is stable: writes to

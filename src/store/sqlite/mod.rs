@@ -513,6 +513,15 @@ impl SqliteStore {
 
 #[async_trait]
 impl TaskStore for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn instrument(&self, writer: crate::metrics::WriterMetrics) {
+        // Only the first server's: one store, one writer.
+        let _ = self.writer.metrics.set(writer);
+    }
+
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         match self
             .writer

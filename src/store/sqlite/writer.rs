@@ -129,6 +129,8 @@ pub(super) struct WriterHandle {
     recent: SharedRecent,
     /// Turns true once the writer has stopped and released the database.
     stopped: tokio::sync::watch::Receiver<bool>,
+    /// Where the writer records its batches, once the server says.
+    pub metrics: Arc<std::sync::OnceLock<crate::metrics::WriterMetrics>>,
 }
 
 impl WriterHandle {
@@ -149,10 +151,19 @@ impl WriterHandle {
         let (stopped_tx, stopped) = tokio::sync::watch::channel(false);
         let recent = SharedRecent::default();
         let shared_recent = recent.clone();
+        let metrics = Arc::new(std::sync::OnceLock::new());
+        let writer_metrics = metrics.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
-                run(conn, rx, checkpoint, ready_tx, shared_recent, identity);
+                let parts = Parts {
+                    checkpoint,
+                    ready: ready_tx,
+                    recent: shared_recent,
+                    identity,
+                    metrics: writer_metrics,
+                };
+                run(conn, rx, parts);
                 drop(lock);
                 stopped_tx.send_replace(true);
             })
@@ -164,6 +175,7 @@ impl WriterHandle {
             tx,
             stopped,
             recent,
+            metrics,
         })
     }
 
@@ -202,14 +214,23 @@ impl WriterHandle {
     }
 }
 
-fn run(
-    db: Connection,
-    mut rx: mpsc::Receiver<(Write, Reply)>,
+/// What the writer thread is given besides its connection and queue.
+struct Parts {
     checkpoint: std::sync::mpsc::SyncSender<()>,
     ready: oneshot::Sender<Result<(), StoreError>>,
     recent: SharedRecent,
     identity: FileIdentity,
-) {
+    metrics: Arc<std::sync::OnceLock<crate::metrics::WriterMetrics>>,
+}
+
+fn run(db: Connection, mut rx: mpsc::Receiver<(Write, Reply)>, parts: Parts) {
+    let Parts {
+        checkpoint,
+        ready,
+        recent,
+        identity,
+        metrics,
+    } = parts;
     db.set_prepared_statement_cache_capacity(16);
     // Every COMMIT walks the page cache's whole hash table
     // (pcache1Truncate, from pager_end_transaction); with the readers'
@@ -236,6 +257,9 @@ fn run(
                 Ok(next) => batch.push(next),
                 Err(_) => break,
             }
+        }
+        if let Some(metrics) = metrics.get() {
+            metrics.batch(batch.len(), rx.len());
         }
         // A database file removed or replaced under the server would
         // take every write acknowledged from now on with it at the

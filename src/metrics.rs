@@ -1,0 +1,551 @@
+//! The server's metrics, as an operator scrapes them from `GET /metrics`
+//! (the OpenMetrics text format, which Prometheus reads).
+//!
+//! This module owns every metric's name, help text, labels and histogram
+//! buckets; the parts of the server record into the handles it gives out
+//! ([`Metrics::rpc`], ...). One registry per server, not a process-wide
+//! one, so that servers embedded side by side (and tests) count apart.
+//!
+//! Label values are bounded: RPC methods from the service's own list
+//! (anything else is `other`), gRPC code names, agents as configured,
+//! task states, outcomes; never a task id, a tenant a client made up, or
+//! free text.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Latency buckets (seconds): 50 µs doubling to about 52 s, fine enough
+/// for a GetTask on the memory store and wide enough for a blocking send.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.000_05, 2.0, 21)
+}
+
+/// The RPC methods metrics name; any other path is `other`.
+const METHODS: &[&str] = &[
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
+];
+
+/// The method label of a gRPC request path (`/lf.a2a.v1.A2AService/GetTask`
+/// is `GetTask`; the health and reflection services are named by their
+/// service; anything else is `other`).
+pub fn method_label(path: &str) -> &'static str {
+    let Some((service, method)) = path.trim_start_matches('/').split_once('/') else {
+        return "other";
+    };
+    if service == "lf.a2a.v1.A2AService" {
+        return METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("other");
+    }
+    match service {
+        "grpc.health.v1.Health" => "health",
+        "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
+            "reflection"
+        }
+        _ => "other",
+    }
+}
+
+/// The name of a gRPC status code, as the label `code` shows it.
+pub fn code_label(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcLabels {
+    method: &'static str,
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    agent: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    agent: Arc<str>,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// RPCs: how many by method and code, and how long they took (to the end
+/// of the response: a stream's whole life for the streaming methods).
+#[derive(Clone)]
+pub struct RpcMetrics {
+    requests: Family<RpcLabels, Counter>,
+    duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+}
+
+impl RpcMetrics {
+    /// One RPC to `method` ([`method_label`]) ended with `code` after
+    /// `elapsed`.
+    pub fn record(&self, method: &'static str, code: tonic::Code, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RpcLabels {
+                method,
+                code: code_label(code),
+            })
+            .inc();
+        self.duration
+            .get_or_create(&MethodLabels { method })
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Tasks and runs: created and reaching each state, by agent; runs going
+/// on now.
+#[derive(Clone)]
+pub struct TaskMetrics {
+    created: Family<AgentLabels, Counter>,
+    states: Family<StateLabels, Counter>,
+    runs_active: Gauge,
+}
+
+impl TaskMetrics {
+    /// A task of `agent` was created (committed).
+    pub fn created(&self, agent: &Arc<str>) {
+        self.created
+            .get_or_create(&AgentLabels {
+                agent: agent.clone(),
+            })
+            .inc();
+    }
+
+    /// A task of `agent` reached `state` (a committed status change; its
+    /// ProtoJSON name).
+    pub fn reached(&self, agent: &Arc<str>, state: &'static str) {
+        self.states
+            .get_or_create(&StateLabels {
+                agent: agent.clone(),
+                state,
+            })
+            .inc();
+    }
+
+    /// A run started: counted until the guard is dropped.
+    pub fn run(&self) -> GaugeGuard {
+        GaugeGuard::new(&self.runs_active)
+    }
+}
+
+/// Streams: open ones by kind (`send` for SendStreamingMessage,
+/// `subscribe` for SubscribeToTask), and resyncs of subscribers that fell
+/// behind.
+#[derive(Clone)]
+pub struct StreamMetrics {
+    open: Family<KindLabels, Gauge>,
+    resyncs: Counter,
+}
+
+impl StreamMetrics {
+    /// A stream opened: counted until the guard is dropped.
+    pub fn open(&self, kind: &'static str) -> GaugeGuard {
+        GaugeGuard::new(&self.open.get_or_create(&KindLabels { kind }))
+    }
+
+    /// A subscriber fell behind and was sent a fresh snapshot.
+    pub fn resynced(&self) {
+        self.resyncs.inc();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Store writes, by backend (`memory`, `sqlite`, `postgres`): how long a
+/// task write took to commit as the runtime waited for it, how many
+/// failed, and for the backends that group writes into transactions, the
+/// batch sizes and the writes still queued.
+#[derive(Clone)]
+pub struct StoreMetrics {
+    write_seconds: Family<BackendLabels, Histogram, fn() -> Histogram>,
+    write_failures: Family<BackendLabels, Counter>,
+    batch_writes: Family<BackendLabels, Histogram, fn() -> Histogram>,
+    queue_depth: Family<BackendLabels, Gauge>,
+}
+
+impl StoreMetrics {
+    /// The handles of one backend, looked up once.
+    pub fn backend(&self, backend: &'static str) -> BackendMetrics {
+        let labels = BackendLabels { backend };
+        BackendMetrics {
+            write_seconds: self.write_seconds.get_or_create(&labels).clone(),
+            write_failures: self.write_failures.get_or_create(&labels).clone(),
+            writer: WriterMetrics {
+                batch_writes: self.batch_writes.get_or_create(&labels).clone(),
+                queue_depth: self.queue_depth.get_or_create(&labels).clone(),
+            },
+        }
+    }
+}
+
+/// One backend's store metrics, as the runtime records them.
+#[derive(Clone)]
+pub struct BackendMetrics {
+    write_seconds: Histogram,
+    write_failures: Counter,
+    /// What the store's own writer records (`TaskStore::instrument`).
+    pub writer: WriterMetrics,
+}
+
+impl BackendMetrics {
+    /// A task write ended after `elapsed`, committed or not.
+    pub fn written(&self, elapsed: Duration, ok: bool) {
+        self.write_seconds.observe(elapsed.as_secs_f64());
+        if !ok {
+            self.write_failures.inc();
+        }
+    }
+}
+
+/// What a store's writer records: the size of each transaction it
+/// commits, and the writes left queued when it took them.
+#[derive(Clone)]
+pub struct WriterMetrics {
+    batch_writes: Histogram,
+    queue_depth: Gauge,
+}
+
+impl WriterMetrics {
+    /// A batch of `writes` taken, `queued` left waiting behind it.
+    pub fn batch(&self, writes: usize, queued: usize) {
+        self.batch_writes.observe(writes as f64);
+        self.queue_depth.set(queued as i64);
+    }
+}
+
+/// Authentication failures, by reason (`missing`, `malformed`,
+/// `unknown_key`, `unknown_certificate`, `invalid_token`: the kinds of
+/// `auth::AuthError`).
+#[derive(Clone)]
+pub struct AuthMetrics {
+    failures: Family<ReasonLabels, Counter>,
+}
+
+impl AuthMetrics {
+    pub fn failed(&self, reason: &'static str) {
+        self.failures.get_or_create(&ReasonLabels { reason }).inc();
+    }
+}
+
+/// Adds one to a gauge until dropped.
+pub struct GaugeGuard(Gauge);
+
+impl GaugeGuard {
+    fn new(gauge: &Gauge) -> Self {
+        gauge.inc();
+        GaugeGuard(gauge.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Every metric of one server, and the registry that renders them.
+pub struct Metrics {
+    registry: Registry,
+    pub rpc: RpcMetrics,
+    pub tasks: TaskMetrics,
+    pub streams: StreamMetrics,
+    pub store: StoreMetrics,
+    pub auth: AuthMetrics,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("a2a");
+        let rpc = RpcMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+        };
+        registry.register(
+            "rpc_requests",
+            "RPCs answered, by method and gRPC status code",
+            rpc.requests.clone(),
+        );
+        registry.register(
+            "rpc_duration_seconds",
+            "RPC latency to the end of the response (a stream's whole life for streaming methods)",
+            rpc.duration.clone(),
+        );
+        let tasks = TaskMetrics {
+            created: Family::default(),
+            states: Family::default(),
+            runs_active: Gauge::default(),
+        };
+        registry.register(
+            "tasks_created",
+            "Tasks created, by agent",
+            tasks.created.clone(),
+        );
+        registry.register(
+            "task_states",
+            "Committed status changes into each state, by agent and state",
+            tasks.states.clone(),
+        );
+        registry.register(
+            "runs_active",
+            "Agent runs going on now",
+            tasks.runs_active.clone(),
+        );
+        let streams = StreamMetrics {
+            open: Family::default(),
+            resyncs: Counter::default(),
+        };
+        registry.register(
+            "streams_open",
+            "Open event streams, by kind (send: SendStreamingMessage, subscribe: SubscribeToTask)",
+            streams.open.clone(),
+        );
+        registry.register(
+            "stream_resyncs",
+            "Subscribers that fell behind and were sent a fresh task snapshot",
+            streams.resyncs.clone(),
+        );
+        let store = StoreMetrics {
+            write_seconds: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            write_failures: Family::default(),
+            batch_writes: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1.0, 2.0, 9))
+            }),
+            queue_depth: Family::default(),
+        };
+        registry.register(
+            "store_write_seconds",
+            "Task writes, from the runtime's request to the store's commit, by backend",
+            store.write_seconds.clone(),
+        );
+        registry.register(
+            "store_write_failures",
+            "Task writes the store failed (refusals of a stale version included), by backend",
+            store.write_failures.clone(),
+        );
+        registry.register(
+            "store_batch_writes",
+            "Writes per transaction of the store's writer (SQLite, PostgreSQL), by backend",
+            store.batch_writes.clone(),
+        );
+        registry.register(
+            "store_queue_depth",
+            "Writes waiting for the store's writer when it last took a batch, by backend",
+            store.queue_depth.clone(),
+        );
+        let auth = AuthMetrics {
+            failures: Family::default(),
+        };
+        registry.register(
+            "auth_failures",
+            "Requests refused authentication, by reason",
+            auth.failures.clone(),
+        );
+        Metrics {
+            registry,
+            rpc,
+            tasks,
+            streams,
+            store,
+            auth,
+        }
+    }
+
+    /// The metrics now, in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String does not fail");
+        text
+    }
+}
+
+/// Counts every gRPC call through it in [`RpcMetrics`]: its method, the
+/// code it ended with (from a trailers-only answer's headers, or from the
+/// trailers at the end of its body; `CANCELLED` when the body is dropped
+/// before them: the client went away) and how long it took. Other HTTP
+/// requests (cards, `/metrics`) pass uncounted.
+/// Without metrics (`None`) it only hands requests on.
+#[derive(Clone)]
+pub struct Observed<S> {
+    inner: S,
+    rpc: Option<RpcMetrics>,
+}
+
+impl<S> Observed<S> {
+    pub fn new(inner: S, rpc: Option<RpcMetrics>) -> Self {
+        Observed { inner, rpc }
+    }
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for Observed<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let grpc = request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        // Read now: the request is handed on.
+        let method = method_label(request.uri().path());
+        let answer = self.inner.call(request);
+        let Some(rpc) = self.rpc.clone().filter(|_| grpc) else {
+            return Box::pin(answer);
+        };
+        let start = std::time::Instant::now();
+        Box::pin(async move {
+            let response = answer.await?;
+            if let Some(code) = grpc_status(response.headers()) {
+                rpc.record(method, code, start.elapsed());
+                return Ok(response);
+            }
+            Ok(response.map(|body| {
+                tonic::body::Body::new(ObservedBody {
+                    body,
+                    ended: Some((rpc, method, start)),
+                })
+            }))
+        })
+    }
+}
+
+/// The `grpc-status` of a header or trailer map, if it has one.
+fn grpc_status(headers: &http::HeaderMap) -> Option<tonic::Code> {
+    let value = headers.get("grpc-status")?;
+    let code: i32 = value.to_str().ok()?.parse().ok()?;
+    Some(tonic::Code::from(code))
+}
+
+/// A response body that records its call once its trailers pass, or when
+/// dropped without them.
+struct ObservedBody {
+    body: tonic::body::Body,
+    /// Taken when recorded.
+    ended: Option<(RpcMetrics, &'static str, std::time::Instant)>,
+}
+
+impl ObservedBody {
+    fn record(&mut self, code: tonic::Code) {
+        if let Some((rpc, method, start)) = self.ended.take() {
+            rpc.record(method, code, start.elapsed());
+        }
+    }
+}
+
+impl http_body::Body for ObservedBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(trailers) = frame.trailers_ref()
+        {
+            let code = grpc_status(trailers).unwrap_or(tonic::Code::Unknown);
+            self.record(code);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for ObservedBody {
+    fn drop(&mut self) {
+        self.record(tonic::Code::Cancelled);
+    }
+}
