@@ -11,7 +11,12 @@ use support::*;
 
 /// The server's metrics now, parsed.
 async fn scrape(server: &TestServer) -> Scrape {
-    let response = http_get(server.addr, "/metrics", &[]).await;
+    scrape_with(server, &[]).await
+}
+
+/// The same, with extra request headers (credentials).
+async fn scrape_with(server: &TestServer, headers: &[(&str, &str)]) -> Scrape {
+    let response = http_get(server.addr, "/metrics", headers).await;
     assert_eq!(response.status, 200, "{}", response.body);
     assert!(
         response
@@ -266,12 +271,8 @@ async fn under_auth_metrics_need_credentials_and_failures_are_counted() {
     assert_eq!(refused.status, 401);
     assert_eq!(refused.header("www-authenticate"), Some("Bearer"));
     let bearer = format!("Bearer {KEY}");
-    let scrape_with_key = || async {
-        let response = http_get(server.addr, "/metrics", &[("authorization", &bearer)]).await;
-        assert_eq!(response.status, 200, "{}", response.body);
-        Scrape::parse(response.body.lines().map(|l| Ok(l.to_owned()))).unwrap()
-    };
-    let before = scrape_with_key().await;
+    let key = [("authorization", bearer.as_str())];
+    let before = scrape_with(&server, &key).await;
     let mut client = server.client().await;
     for _ in 0..2 {
         let status = within(
@@ -298,7 +299,7 @@ async fn under_auth_metrics_need_credentials_and_failures_are_counted() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unauthenticated);
-    let after = scrape_with_key().await;
+    let after = scrape_with(&server, &key).await;
     let failures = "a2a_auth_failures_total";
     assert_eq!(
         moved(&before, &after, failures, &[("reason", "missing")]),

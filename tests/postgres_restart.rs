@@ -52,15 +52,7 @@ async fn a_postgresql_restart_under_load_is_unavailable_then_recovered() {
     let Some(store) = support::postgres::fresh_schema().await else {
         panic!("A2A_TEST_POSTGRES_RESTART needs PostgreSQL (A2A_TEST_POSTGRES)");
     };
-    let (server, url) = support::spawn_serve(&[
-        "--store",
-        &store,
-        "--lease",
-        "2s",
-        "--default-agent",
-        "bench",
-    ]);
-    let server = support::KillOnDrop(server);
+    let (server, url) = support::postgres::spawn_bench_replica(&store);
     let grpc = support::within("connect", A2aServiceClient::connect(url))
         .await
         .unwrap();

@@ -127,15 +127,8 @@ async fn replicas_soak() {
     let mut processes = Vec::new();
     let mut clients: Vec<Client> = Vec::new();
     for _ in 0..3 {
-        let (process, url) = support::spawn_serve(&[
-            "--store",
-            &store,
-            "--lease",
-            "2s",
-            "--default-agent",
-            "bench",
-        ]);
-        processes.push(support::KillOnDrop(process));
+        let (process, url) = support::postgres::spawn_bench_replica(&store);
+        processes.push(process);
         clients.push(
             within("connect", A2aServiceClient::connect(url))
                 .await

@@ -712,7 +712,7 @@ impl LiveTask {
         if let Some(metrics) = &shared.config.metrics {
             count_committed(
                 metrics,
-                &shared.agent_label(&self.key.tenant),
+                shared.agent_label(&self.key.tenant),
                 version,
                 &done,
             );

@@ -180,6 +180,8 @@ pub(crate) struct Shared {
     /// The `agent` label of each served tenant's tasks (its card's name),
     /// made once: metrics label tasks by agent, never by free text.
     agent_labels: HashMap<String, Arc<str>>,
+    /// The label of a tenant not served.
+    unknown_agent: Arc<str>,
     /// The store's metrics, for its backend (when metrics are on).
     pub(crate) store_metrics: Option<crate::metrics::BackendMetrics>,
 }
@@ -188,11 +190,8 @@ impl Shared {
     /// The `agent` label of the tasks of `tenant`: its agent's name, or
     /// `unknown` for a tenant no longer served (a task read back from an
     /// older configuration's store).
-    pub(crate) fn agent_label(&self, tenant: &str) -> Arc<str> {
-        self.agent_labels
-            .get(tenant)
-            .cloned()
-            .unwrap_or_else(|| Arc::from("unknown"))
+    pub(crate) fn agent_label(&self, tenant: &str) -> &Arc<str> {
+        self.agent_labels.get(tenant).unwrap_or(&self.unknown_agent)
     }
 }
 
@@ -454,6 +453,7 @@ impl TaskManager {
         TaskManager {
             shared: Arc::new(Shared {
                 agent_labels,
+                unknown_agent: Arc::from("unknown"),
                 store_metrics,
                 agents,
                 config,

@@ -115,3 +115,18 @@ pub async fn fresh_schema() -> Option<String> {
         .expect("create a schema");
     Some(format!("{url}?options=-csearch_path%3D{schema}"))
 }
+
+/// `serve` on the PostgreSQL `store` as one replica of several, with a
+/// short lease and the bench agent (the restart and soak tests' replica);
+/// killed when dropped. Its gRPC URL.
+pub fn spawn_bench_replica(store: &str) -> (super::KillOnDrop, String) {
+    let (process, url) = super::spawn_serve(&[
+        "--store",
+        store,
+        "--lease",
+        "2s",
+        "--default-agent",
+        "bench",
+    ]);
+    (super::KillOnDrop(process), url)
+}
