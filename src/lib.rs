@@ -15,12 +15,14 @@ pub mod error;
 pub mod json;
 pub mod lifecycle;
 pub mod metrics;
+pub mod operations;
 pub mod proto;
 pub mod push;
 pub mod runtime;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 
 /// README's Rust examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

@@ -10,7 +10,8 @@ use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
-use tracing_subscriber::EnvFilter;
+
+mod cli;
 
 use a2a_lifecycle::agent::demo::{DefaultAgent, Deployer, demo_router_with};
 use a2a_lifecycle::connections;
@@ -44,6 +45,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as `text`, or as `json` (one object per line, with the
+    /// fields of the RPC and run spans they are in; README, Operations).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: cli::logging::LogFormat,
+    /// Export the RPC and run spans over OTLP/gRPC to this collector
+    /// (e.g. `http://127.0.0.1:4317`); off when not given.
+    #[arg(long, global = true, env = "A2A_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 /// Connection bounds (`a2a_lifecycle::connections`; README, Limits).
@@ -121,6 +130,7 @@ impl PushArgs {
             egress: a2a_lifecycle::push::egress::Egress::new(self.push_allow_cidr),
             timeout: self.push_timeout,
             max_attempts: self.push_max_attempts,
+            metrics: None,
         })
     }
 }
@@ -149,6 +159,12 @@ enum Command {
         /// default; see README, Operations).
         #[arg(long)]
         no_metrics: bool,
+        /// Also serve `/metrics` (without authentication), `/healthz`,
+        /// `/readyz` and the gRPC health service on this address, over
+        /// plain HTTP; open until the server has drained. For a private
+        /// network or loopback.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<SocketAddr>,
         /// FAIL a task still SUBMITTED or WORKING this long after its run
         /// started (e.g. `30s`, `10m`); off by default.
         #[arg(long, value_parser = humantime::parse_duration)]
@@ -276,6 +292,20 @@ enum Command {
         target: Target,
         id: String,
     },
+    /// A terminal view of the server's metrics, refreshed every second:
+    /// RPC rates, errors and latency, tasks by state, runs, streams,
+    /// store writes, push deliveries (`GET /metrics`; `--server` may be
+    /// the server or its `--metrics-listen` address).
+    Top {
+        #[command(flatten)]
+        target: Target,
+        /// How often the view is refreshed (rates are over this interval).
+        #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
+        interval: Duration,
+        /// Print one view, over one interval, and exit.
+        #[arg(long)]
+        once: bool,
+    },
     /// A task's webhooks (push notification configs), and a local
     /// receiver that prints what a webhook gets.
     Push {
@@ -374,9 +404,11 @@ struct Target {
     client_key: Option<std::path::PathBuf>,
 }
 
+type BearerValue = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
+
 /// Adds the client's bearer token to every call.
 #[derive(Clone)]
-struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+struct Bearer(Option<BearerValue>);
 
 impl tonic::service::Interceptor for Bearer {
     fn call(
@@ -395,7 +427,9 @@ impl tonic::service::Interceptor for Bearer {
 type Client = A2aServiceClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
 
 impl Target {
-    async fn client(&self) -> Result<Client, Box<dyn std::error::Error>> {
+    /// A connection to the server (over TLS for `https://`), and the
+    /// `authorization` value its calls carry.
+    async fn channel(&self) -> Result<(Channel, Option<BearerValue>), Box<dyn std::error::Error>> {
         let bearer = self
             .token
             .as_deref()
@@ -422,7 +456,11 @@ impl Target {
             }
             endpoint = endpoint.tls_config(tls)?;
         }
-        let channel = endpoint.connect().await?;
+        Ok((endpoint.connect().await?, bearer))
+    }
+
+    async fn client(&self) -> Result<Client, Box<dyn std::error::Error>> {
+        let (channel, bearer) = self.channel().await?;
         Ok(A2aServiceClient::with_interceptor(channel, Bearer(bearer)))
     }
 }
@@ -445,14 +483,9 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    // Flushes the spans not yet exported when the command ends.
+    let _logging = cli::logging::init(cli.log_format, cli.otlp_endpoint.as_deref())?;
     match cli.command {
         Command::Serve {
             listen,
@@ -460,6 +493,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             lease,
             strict_transitions,
             no_metrics,
+            metrics_listen,
             task_timeout,
             retain,
             deployer_approval_delay,
@@ -521,6 +555,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 .await
                 .map_err(|e| e as Box<dyn std::error::Error>)?;
             let listener = TcpListener::bind(listen).await?;
+            let operations_listener = match metrics_listen {
+                Some(addr) => Some(TcpListener::bind(addr).await?),
+                None => None,
+            };
             let runtime = RuntimeConfig {
                 policy: if strict_transitions {
                     TransitionPolicy::Strict
@@ -554,6 +592,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 auth,
                 tls,
                 push: push.settings(),
+                operations: a2a_lifecycle::operations::Operations {
+                    listener: operations_listener,
+                    ..Default::default()
+                },
             };
             a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
             reload_on_hangup(parts.auth.clone(), parts.tls.clone())?;
@@ -680,6 +722,22 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             while let Some(event) = events.message().await? {
                 print_line(&event)?;
             }
+        }
+        Command::Top {
+            target,
+            interval,
+            once,
+        } => {
+            let (channel, bearer) = target.channel().await?;
+            let authorization = bearer
+                .map(|v| http::HeaderValue::from_bytes(v.as_bytes()))
+                .transpose()?;
+            let source = cli::top::Source {
+                channel,
+                authorization,
+                server: target.server,
+            };
+            cli::top::run(source, interval, once).await?;
         }
         Command::Push { command } => push_command(command).await?,
     }

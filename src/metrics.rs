@@ -115,6 +115,11 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateOnlyLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -150,6 +155,7 @@ pub struct TaskMetrics {
     created: Family<AgentLabels, Counter>,
     states: Family<StateLabels, Counter>,
     runs_active: Gauge,
+    unfinished: Family<StateOnlyLabels, Gauge>,
 }
 
 impl TaskMetrics {
@@ -176,6 +182,14 @@ impl TaskMetrics {
     /// A run started: counted until the guard is dropped.
     pub fn run(&self) -> GaugeGuard {
         GaugeGuard::new(&self.runs_active)
+    }
+
+    /// The store now holds `count` tasks in `state` (a state that has not
+    /// ended; its ProtoJSON name).
+    pub fn unfinished(&self, state: &'static str, count: u64) {
+        self.unfinished
+            .get_or_create(&StateOnlyLabels { state })
+            .set(count.min(i64::MAX as u64) as i64);
     }
 }
 
@@ -286,6 +300,48 @@ impl AuthMetrics {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// Push notifications: how each entry of the outbox ended, retries
+/// scheduled, attempt latency, and the entries this process has read from
+/// the outbox and not yet finished.
+#[derive(Clone, Debug)]
+pub struct PushMetrics {
+    deliveries: Family<OutcomeLabels, Counter>,
+    retries: Counter,
+    attempt_seconds: Histogram,
+    pending: Gauge,
+}
+
+impl PushMetrics {
+    /// An outbox entry ended: `delivered` (a 2xx answer), `refused` (an
+    /// answer or address not worth another try), `given_up` (out of
+    /// attempts), `dropped` (its config or task gone).
+    pub fn ended(&self, outcome: &'static str) {
+        self.deliveries
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// An attempt failed and the entry waits for another.
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
+
+    /// One POST to a webhook took `elapsed` (to its answer or failure).
+    pub fn attempted(&self, elapsed: Duration) {
+        self.attempt_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// The outbox entries read and not yet finished.
+    pub fn pending(&self, entries: usize) {
+        self.pending.set(entries as i64);
+    }
+}
+
 /// Adds one to a gauge until dropped.
 pub struct GaugeGuard(Gauge);
 
@@ -310,6 +366,7 @@ pub struct Metrics {
     pub streams: StreamMetrics,
     pub store: StoreMetrics,
     pub auth: AuthMetrics,
+    pub push: PushMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -345,6 +402,7 @@ impl Metrics {
             created: Family::default(),
             states: Family::default(),
             runs_active: Gauge::default(),
+            unfinished: Family::default(),
         };
         registry.register(
             "tasks_created",
@@ -360,6 +418,11 @@ impl Metrics {
             "runs_active",
             "Agent runs going on now",
             tasks.runs_active.clone(),
+        );
+        registry.register(
+            "tasks",
+            "Tasks in the store in each state that has not ended (all tenants and replicas), counted every 2 s",
+            tasks.unfinished.clone(),
         );
         let streams = StreamMetrics {
             open: Family::default(),
@@ -411,6 +474,32 @@ impl Metrics {
             "Requests refused authentication, by reason",
             auth.failures.clone(),
         );
+        let push = PushMetrics {
+            deliveries: Family::default(),
+            retries: Counter::default(),
+            attempt_seconds: Histogram::new(latency_buckets()),
+            pending: Gauge::default(),
+        };
+        registry.register(
+            "push_deliveries",
+            "Push notifications ended, by outcome (delivered, refused, given_up, dropped)",
+            push.deliveries.clone(),
+        );
+        registry.register(
+            "push_retries",
+            "Push notification attempts that failed and were scheduled again",
+            push.retries.clone(),
+        );
+        registry.register(
+            "push_attempt_seconds",
+            "Push notification POSTs, to the webhook's answer or the attempt's failure",
+            push.attempt_seconds.clone(),
+        );
+        registry.register(
+            "push_outbox_pending",
+            "Push outbox entries this process has read and not finished (at most 65536)",
+            push.pending.clone(),
+        );
         Metrics {
             registry,
             rpc,
@@ -418,6 +507,7 @@ impl Metrics {
             streams,
             store,
             auth,
+            push,
         }
     }
 

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 
@@ -19,6 +20,7 @@ use crate::agent::AgentRouter;
 use crate::auth::Authenticator;
 use crate::connections::{self, ClientCerts, ConnectionLimits};
 use crate::discovery::{Cards, DiscoveryConfig};
+use crate::operations::{Health, Operations, health_router, metrics_router, serve_operations};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::a2a_service_server::A2aServiceServer;
 use crate::runtime::{RuntimeConfig, TaskManager};
@@ -44,6 +46,8 @@ pub struct ServerParts {
     /// delivered ([`crate::push`]); `None` answers
     /// PUSH_NOTIFICATION_NOT_SUPPORTED.
     pub push: Option<crate::push::deliver::Settings>,
+    /// `--metrics-listen` and the store probe ([`crate::operations`]).
+    pub operations: Operations,
 }
 
 /// No agents, a memory store and every default: set what differs.
@@ -58,6 +62,7 @@ impl Default for ServerParts {
             auth: None,
             tls: None,
             push: None,
+            operations: Operations::default(),
         }
     }
 }
@@ -86,19 +91,22 @@ pub async fn serve(
             auth: parts.auth,
             tls: parts.tls,
             push: parts.push,
+            operations: parts.operations,
         },
         shutdown,
     )
     .await
 }
 
-/// Who may call, over what, and whether push notifications are offered:
-/// the parts of [`ServerParts`] [`serve_manager_tls`] takes.
+/// Who may call, over what, whether push notifications are offered, and
+/// what operators reach: the parts of [`ServerParts`]
+/// [`serve_manager_tls`] takes.
 #[derive(Default)]
 pub struct Security {
     pub auth: Option<Arc<Authenticator>>,
     pub tls: Option<Arc<connections::Tls>>,
     pub push: Option<crate::push::deliver::Settings>,
+    pub operations: Operations,
 }
 
 /// Serves an existing [`TaskManager`] (for embedding and tests), with the
@@ -176,7 +184,12 @@ pub async fn serve_manager_tls(
     security: Security,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let Security { auth, tls, push } = security;
+    let Security {
+        auth,
+        tls,
+        push,
+        operations,
+    } = security;
     let mut discovery = discovery;
     discovery.push = push.is_some();
     let client_certs = tls
@@ -201,10 +214,9 @@ pub async fn serve_manager_tls(
         &discovery,
         listener.local_addr()?,
     )?);
+    // SERVING while ready: not draining, the store answering its probe.
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<A2aServiceServer<A2aGrpc>>()
-        .await;
+    let health = Health::new(health_reporter).await;
     // Both reflection versions describe the A2A service, the error details
     // every A2A error carries (`google.rpc.ErrorInfo`, `BadRequest`: the
     // descriptor set holds google/rpc/error_details.proto and status.proto,
@@ -218,7 +230,10 @@ pub async fn serve_manager_tls(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let egress = push.as_ref().map(|p| Arc::new(p.egress.clone()));
-    if let Some(settings) = push {
+    if let Some(mut settings) = push {
+        if settings.metrics.is_none() {
+            settings.metrics = manager.metrics().map(|m| m.push.clone());
+        }
         tokio::spawn(crate::push::deliver::deliver_while_held(
             manager.store().clone(),
             settings,
@@ -237,9 +252,18 @@ pub async fn serve_manager_tls(
     tokio::spawn(manager.clone().run_maintenance());
     tokio::spawn(manager.clone().follow_changes());
     let token = manager.shutdown_token();
+    tokio::spawn(crate::operations::probe_store(
+        manager.store().clone(),
+        health.clone(),
+        manager.metrics().cloned(),
+        operations.probe_every,
+        token.clone(),
+    ));
+    let draining = health.clone();
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: ending open streams and draining calls");
+        draining.draining().await;
         token.cancel();
     };
     tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC and agent cards");
@@ -252,12 +276,33 @@ pub async fn serve_manager_tls(
         tls.is_some(),
     );
     let metrics = manager.metrics().cloned();
-    let http = match &metrics {
-        Some(metrics) => cards
-            .router()
-            .merge(metrics_router(metrics.clone(), auth_for_metrics)),
-        None => cards.router(),
-    };
+    // The second listener: metrics without authentication, the health
+    // probes and the health service, open until the drain is over.
+    let operations_done = CancellationToken::new();
+    let operations_served = operations.listener.map(|listener| {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(listen = %addr, "serving metrics and health probes");
+        }
+        let mut http = health_router(health.clone());
+        if let Some(metrics) = &metrics {
+            http = http.merge(metrics_router(metrics.clone(), None));
+        }
+        let routes = Routes::from(http).add_service(health_service.clone());
+        // Past the drain, a scrape in flight gets a moment, a health
+        // watcher none.
+        let limits = ConnectionLimits {
+            shutdown_grace: crate::operations::SHUTDOWN_GRACE.min(limits.shutdown_grace),
+            ..limits.clone()
+        };
+        let done = operations_done.clone();
+        tokio::spawn(async move {
+            serve_operations(listener, routes, &limits, done.cancelled_owned()).await
+        })
+    });
+    let mut http = cards.router().merge(health_router(health));
+    if let Some(metrics) = &metrics {
+        http = http.merge(metrics_router(metrics.clone(), auth_for_metrics));
+    }
     let routes = Routes::from(http)
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -266,6 +311,8 @@ pub async fn serve_manager_tls(
     let service = tower::ServiceBuilder::new()
         .map_response(transport_error_info)
         .service(routes);
+    // Each call in its span (inside), counted with its whole time (outside).
+    let service = crate::telemetry::Traced::new(service);
     let service = crate::metrics::Observed::new(service, metrics.map(|m| m.rpc.clone()));
     // A client holding a half-sent request or a silent connection does not
     // hold shutdown: past the grace period the rest is cut.
@@ -273,47 +320,11 @@ pub async fn serve_manager_tls(
     // No task is left active in the store: runs end (failing their tasks
     // with the shutdown message), and those that do not are failed here.
     manager.drain_runs(limits.shutdown_grace).await;
+    operations_done.cancel();
+    if let Some(served) = operations_served {
+        let _ = served.await;
+    }
     Ok(())
-}
-
-/// `GET /metrics`: the server's metrics ([`crate::metrics`]), in the
-/// OpenMetrics text format. With authentication on, for authenticated
-/// callers only (any principal: the counts span every tenant but name no
-/// task); `401` for others.
-fn metrics_router(
-    metrics: Arc<crate::metrics::Metrics>,
-    auth: Option<Arc<Authenticator>>,
-) -> axum::Router {
-    use axum::response::IntoResponse;
-    let scrape = move |request: axum::extract::Request| {
-        let (metrics, auth) = (metrics.clone(), auth.clone());
-        async move {
-            if let Some(auth) = &auth {
-                let authorization = request
-                    .headers()
-                    .get(http::header::AUTHORIZATION)
-                    .map(|v| v.to_str().unwrap_or(""));
-                let certificate = request
-                    .extensions()
-                    .get::<connections::ClientCertificate>()
-                    .map(|c| c.name.as_str());
-                if let Err(e) = auth.authenticate_request(authorization, certificate) {
-                    return (
-                        http::StatusCode::UNAUTHORIZED,
-                        [(http::header::WWW_AUTHENTICATE, "Bearer")],
-                        format!("{e}\n"),
-                    )
-                        .into_response();
-                }
-            }
-            (
-                [(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-                metrics.render(),
-            )
-                .into_response()
-        }
-    };
-    axum::Router::new().route("/metrics", axum::routing::get(scrape))
 }
 
 /// Errors tonic answers itself before a handler runs carry no details; the

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use support::{BIN, spawn_serve};
+use support::{BIN, KillOnDrop, spawn_serve, spawn_serve_logged, wait_for_line};
 
 fn start_server() -> (std::process::Child, String) {
     spawn_serve(&["--store", "memory"])
@@ -395,4 +395,27 @@ async fn no_push_turns_push_notifications_off() {
     );
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// `top --once` prints a view of the server's metrics, from the server's
+/// port and from its `--metrics-listen` address.
+#[test]
+fn top_shows_the_servers_metrics() {
+    let (child, server, lines) =
+        spawn_serve_logged(&["--store", "memory", "--metrics-listen", "127.0.0.1:0"]);
+    let _server = KillOnDrop(child);
+    let line = wait_for_line(&lines, "serving metrics and health probes");
+    let operations = line
+        .split("listen=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the metrics address");
+    let out: Value = serde_json::from_str(&client(&server, &["send", "run the tests"])).unwrap();
+    assert_eq!(out["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    for from in [server.clone(), format!("http://{operations}")] {
+        let view = client(&from, &["top", "--once", "--interval", "100ms"]);
+        for expected in ["SendMessage", "Tasks in the store", "Store memory", "Push"] {
+            assert!(view.contains(expected), "{expected:?} from {from}: {view}");
+        }
+    }
 }

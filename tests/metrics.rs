@@ -4,9 +4,10 @@
 mod support;
 
 use a2a_lifecycle::proto::{GetTaskRequest, SubscribeToTaskRequest, TaskState};
-use prometheus_parse::{Scrape, Value};
+use prometheus_parse::Scrape;
 use tokio_stream::StreamExt;
 
+use support::metric_value as value;
 use support::*;
 
 /// The server's metrics now, parsed.
@@ -25,24 +26,7 @@ async fn scrape_with(server: &TestServer, headers: &[(&str, &str)]) -> Scrape {
         "{:?}",
         response.header("content-type")
     );
-    let lines = response.body.lines().map(|l| Ok(l.to_owned()));
-    Scrape::parse(lines).expect("the metrics parse")
-}
-
-/// The value of the sample `name` whose labels include `labels` (0 when
-/// there is none yet); for a histogram, its count.
-fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
-    scrape
-        .samples
-        .iter()
-        .filter(|s| s.metric == name)
-        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-        .map(|s| match &s.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
-            Value::Summary(_) => panic!("{name} is a summary"),
-        })
-        .sum()
+    parse_metrics(&response.body)
 }
 
 /// What moved between two scrapes.
@@ -190,6 +174,52 @@ async fn eventually_scraped(server: &TestServer, done: impl Fn(&Scrape) -> bool)
         }
     })
     .await
+}
+
+/// `a2a_tasks` counts the store's unfinished tasks by state: a task
+/// waiting for input is counted while it waits, and not once it is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_tasks_are_gauged_by_state() {
+    let manager = a2a_lifecycle::runtime::TaskManager::new(
+        std::sync::Arc::new(a2a_lifecycle::store::MemoryStore::new()),
+        a2a_lifecycle::agent::demo::demo_router(),
+        Default::default(),
+    );
+    let security = a2a_lifecycle::server::Security {
+        operations: a2a_lifecycle::operations::Operations {
+            probe_every: std::time::Duration::from_millis(20),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let server = TestServer::serve(manager, Default::default(), Default::default(), security).await;
+    let mut client = server.client().await;
+    let waiting = [("state", "TASK_STATE_INPUT_REQUIRED")];
+    let task = within(
+        "a review waiting for its diff",
+        send_task(
+            &mut client,
+            request("code-reviewer", user_message("review"), false),
+        ),
+    )
+    .await;
+    assert_eq!(state_of(&task), TaskState::InputRequired);
+    let scraped = eventually_scraped(&server, |s| value(s, "a2a_tasks", &waiting) == 1.0).await;
+    assert_eq!(
+        value(&scraped, "a2a_tasks", &[("state", "TASK_STATE_WORKING")]),
+        0.0
+    );
+
+    let mut diff = user_message("diff --git a/x b/x");
+    diff.task_id = task.id.clone();
+    let done = within(
+        "the review",
+        send_task(&mut client, request("code-reviewer", diff, false)),
+    )
+    .await;
+    assert_eq!(state_of(&done), TaskState::Completed);
+    eventually_scraped(&server, |s| value(s, "a2a_tasks", &waiting) == 0.0).await;
+    server.stop().await;
 }
 
 /// With metrics off, nothing is served at `/metrics`.

@@ -32,6 +32,7 @@ struct Received {
     authorization: Option<String>,
     token: Option<String>,
     content_type: Option<String>,
+    traceparent: Option<String>,
     event: String,
     /// Which of the receiver's connections it came on, counted from 0.
     connection: usize,
@@ -120,6 +121,7 @@ async fn answer(
         authorization: header("authorization"),
         token: header("x-a2a-notification-token"),
         content_type: header("content-type"),
+        traceparent: header("traceparent"),
         event: String::new(),
         connection,
     };
@@ -279,6 +281,7 @@ async fn every_event_reaches_the_webhook_in_order_with_its_headers() {
         assert_eq!(r.authorization.as_deref(), Some("Bearer secret-credential"));
         assert_eq!(r.token.as_deref(), Some("opaque-token"));
         assert_eq!(r.content_type.as_deref(), Some("application/a2a+json"));
+        assert_eq!(r.traceparent, None, "no trace was sent, none is made up");
         // One connection, kept alive from one POST to the next.
         assert_eq!(r.connection, 0);
     }
@@ -390,6 +393,106 @@ async fn deleting_a_config_stops_its_deliveries() {
         received.try_recv().is_err(),
         "a deleted config was notified"
     );
+    s.stop.cancel();
+}
+
+/// A notification carries the trace of the run whose events it reports:
+/// the caller's trace id, the run's own span as the parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_carries_the_trace_of_the_run_behind_it() {
+    use a2a_lifecycle::telemetry::TraceParent;
+    const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let caller = TraceParent::parse(CALLER).unwrap();
+    let (port, mut received) = receiver(0).await;
+    let s = setup(loopback());
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    let mut diff = user_message("diff --git a/x b/x");
+    diff.task_id = task.clone();
+    let mut request = MessageRequest::from(diff);
+    request.trace = Some(caller);
+    let done = support::run_to_rest(&s.manager, TENANT, &Caller::ANONYMOUS, request).await;
+    assert_eq!(support::state_of(&done), TaskState::Completed);
+    let got = next_notifications(&mut received, EXPECTED.len()).await;
+    assert_eq!(described(&got), EXPECTED);
+    let carried: Vec<TraceParent> = got
+        .iter()
+        .map(|r| TraceParent::parse(r.traceparent.as_deref().expect("a traceparent")).unwrap())
+        .collect();
+    for trace in &carried {
+        assert_eq!(trace.trace_id, caller.trace_id, "the caller's trace");
+        assert_eq!(trace.flags, caller.flags);
+        assert_ne!(
+            trace.parent_id, caller.parent_id,
+            "the run's span, not the caller's"
+        );
+        assert_eq!(trace.parent_id, carried[0].parent_id, "one run");
+    }
+    s.stop.cancel();
+}
+
+/// The push metrics move by exactly what happened: a webhook failing
+/// twice (two retries, three delivered, five POSTs timed), a refused
+/// address (three refused), a deleted config (three dropped); and the
+/// outbox backlog returns to zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_outcomes_retries_and_backlog_are_counted() {
+    let metrics = Arc::new(a2a_lifecycle::metrics::Metrics::new());
+    let counted = |egress| Settings {
+        egress,
+        metrics: Some(metrics.push.clone()),
+        ..Settings::default()
+    };
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        support::metric_value(&support::parse_metrics(&metrics.render()), name, labels)
+    };
+
+    let (port, mut received) = receiver(2).await;
+    let (s, dispatcher) = setup_stopped_with(counted(loopback()));
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    let got = next_notifications(&mut received, EXPECTED.len()).await;
+    assert_eq!(described(&got), EXPECTED);
+    drained(&s.store).await;
+    let delivered = [("outcome", "delivered")];
+    assert_eq!(value("a2a_push_deliveries_total", &delivered), 3.0);
+    assert_eq!(value("a2a_push_retries_total", &[]), 2.0);
+    assert_eq!(value("a2a_push_attempt_seconds", &[]), 5.0);
+    within("the backlog back to zero", async {
+        while value("a2a_push_outbox_pending", &[]) != 0.0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    s.stop.cancel();
+
+    // The default policy refuses loopback: final, not retried.
+    let (s, dispatcher) = setup_stopped_with(counted(Egress::default()));
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    drained(&s.store).await;
+    assert_eq!(
+        value("a2a_push_deliveries_total", &[("outcome", "refused")]),
+        3.0
+    );
+    assert_eq!(value("a2a_push_retries_total", &[]), 2.0, "no retry");
+
+    let (s, dispatcher) = setup_stopped_with(counted(loopback()));
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    s.manager
+        .delete_push_config(TENANT, &Caller::ANONYMOUS, &task, "hook")
+        .await
+        .unwrap();
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    drained(&s.store).await;
+    assert_eq!(
+        value("a2a_push_deliveries_total", &[("outcome", "dropped")]),
+        3.0
+    );
+    assert_eq!(value("a2a_push_deliveries_total", &delivered), 3.0);
+    assert!(received.try_recv().is_err(), "nothing more was POSTed");
     s.stop.cancel();
 }
 

@@ -241,7 +241,14 @@ fn the_library_needs_no_tool_or_binary_only_crate() {
         !dependencies.contains_key("hdrhistogram"),
         "hdrhistogram belongs to the bench crate"
     );
-    for binary_only in ["clap", "tracing-subscriber", "mimalloc"] {
+    for binary_only in [
+        "clap",
+        "tracing-subscriber",
+        "mimalloc",
+        "opentelemetry_sdk",
+        "opentelemetry-otlp",
+        "prometheus-parse",
+    ] {
         let line = dependencies
             .get(binary_only)
             .unwrap_or_else(|| panic!("{binary_only} is a dependency"));
@@ -251,9 +258,18 @@ fn the_library_needs_no_tool_or_binary_only_crate() {
         );
     }
     let files = rust_files(Path::new(SRC));
-    for file in files.iter().filter(|f| !f.ends_with("main.rs")) {
+    // The binary's files: main.rs and its modules under src/cli/.
+    let binary = |f: &&PathBuf| f.ends_with("main.rs") || f.starts_with(Path::new(SRC).join("cli"));
+    for file in files.iter().filter(|f| !binary(f)) {
         let source = std::fs::read_to_string(file).expect("read");
-        for binary_only in ["clap::", "tracing_subscriber::", "mimalloc::"] {
+        for binary_only in [
+            "clap::",
+            "tracing_subscriber::",
+            "mimalloc::",
+            "opentelemetry_sdk::",
+            "opentelemetry_otlp::",
+            "prometheus_parse::",
+        ] {
             assert!(
                 !source.contains(binary_only),
                 "{} uses {binary_only}, which only the binary has",

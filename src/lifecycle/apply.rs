@@ -116,6 +116,10 @@ pub struct TaskRecord {
     /// order they were first set; stored without their `tenant` and
     /// `task_id`, which are the task's.
     pub push_configs: Vec<TaskPushNotificationConfig>,
+    /// The W3C `traceparent` of the run that last wrote the task, if its
+    /// caller sent one or spans are exported; its webhooks carry it, so a
+    /// notification joins the trace of the run behind it. "" for none.
+    pub trace: String,
 }
 
 impl TaskRecord {
@@ -147,6 +151,7 @@ impl TaskRecord {
             sealed_artifacts: Vec::new(),
             owner: String::new(),
             push_configs: Vec::new(),
+            trace: String::new(),
         }
     }
 

@@ -85,6 +85,9 @@ pub struct Settings {
     pub timeout: Duration,
     /// `--push-max-attempts`.
     pub max_attempts: u32,
+    /// Where outcomes, retries and the outbox backlog are counted (the
+    /// server fills it in from its runtime's metrics when it is `None`).
+    pub metrics: Option<crate::metrics::PushMetrics>,
 }
 
 impl Default for Settings {
@@ -93,6 +96,7 @@ impl Default for Settings {
             egress: Egress::default(),
             timeout: DEFAULT_TIMEOUT,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            metrics: None,
         }
     }
 }
@@ -520,6 +524,9 @@ impl Dispatcher {
                     let _ = ended.send(Ended { key, done, freed });
                 });
             }
+            if let Some(metrics) = &self.settings.metrics {
+                metrics.pending(schedule.loaded);
+            }
             // Read on at once while reads come back full and there is room;
             // at the limit, only when deliveries have finished some.
             if read && schedule.can_read() {
@@ -552,6 +559,10 @@ impl Dispatcher {
             }
         }
         attempts.close();
+        // What is left is no longer this process's to deliver.
+        if let Some(metrics) = &self.settings.metrics {
+            metrics.pending(0);
+        }
     }
 }
 
@@ -568,12 +579,15 @@ async fn attempt(
     pool: &Pool,
     delivery: Delivery,
 ) -> (Done, Option<Arc<str>>) {
-    let config = match store.get(&delivery.tenant, &delivery.task_id).await {
+    // The config, and the trace of the run that last wrote the task.
+    let found = match store.get(&delivery.tenant, &delivery.task_id).await {
         Ok(stored) => stored.and_then(|s| {
+            let trace = s.record.trace;
             s.record
                 .push_configs
                 .into_iter()
                 .find(|c| c.id == delivery.config_id)
+                .map(|config| (config, trace))
         }),
         Err(e) => {
             tracing::warn!(error = %e, "push delivery: task unreadable; retrying");
@@ -581,7 +595,8 @@ async fn attempt(
         }
     };
     // Deleted (or the task purged): nothing more goes to it.
-    let Some(config) = config else {
+    let Some((config, trace)) = found else {
+        count(settings, |m| m.ended("dropped"));
         return (finish(store, &delivery).await, None);
     };
     let host = host_key(&config.url);
@@ -603,7 +618,13 @@ async fn attempt(
                 host: host.clone(),
                 left: false,
             };
-            let outcome = post(settings, pool, &host, &config, &delivery.event).await;
+            let start = Instant::now();
+            let webhook = Webhook {
+                config: &config,
+                trace: &trace,
+            };
+            let outcome = post(settings, pool, &host, webhook, &delivery.event).await;
+            count(settings, |m| m.attempted(start.elapsed()));
             slot.leave(&outcome);
             (outcome, Some(host))
         }
@@ -662,7 +683,14 @@ fn host_key(url: &str) -> Arc<str> {
     }
 }
 
-/// Records an attempt's outcome in the outbox.
+/// Records in the push metrics, when there are any.
+fn count(settings: &Settings, record: impl FnOnce(&crate::metrics::PushMetrics)) {
+    if let Some(metrics) = &settings.metrics {
+        record(metrics);
+    }
+}
+
+/// Records an attempt's outcome in the outbox (and the metrics).
 async fn record(
     store: &dyn TaskStore,
     settings: &Settings,
@@ -675,9 +703,13 @@ async fn record(
         .unwrap_or_default();
     let attempts = delivery.attempts + 1;
     let (why, after) = match outcome {
-        Outcome::Delivered => return finish(store, delivery).await,
+        Outcome::Delivered => {
+            count(settings, |m| m.ended("delivered"));
+            return finish(store, delivery).await;
+        }
         Outcome::Final(why) => {
             tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, "push notification refused; not retried");
+            count(settings, |m| m.ended("refused"));
             return finish(store, delivery).await;
         }
         Outcome::Retry { why, after } => (why, after),
@@ -685,8 +717,10 @@ async fn record(
     };
     if attempts >= settings.max_attempts {
         tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, "push notification given up");
+        count(settings, |m| m.ended("given_up"));
         return finish(store, delivery).await;
     }
+    count(settings, |m| m.retried());
     let wait = after.unwrap_or_else(|| backoff(attempts)).min(MAX_RETRY);
     tracing::debug!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, ?wait, "push notification to be retried");
     // Rounded up: a wait under a millisecond is still a wait.
@@ -715,13 +749,21 @@ fn backoff(attempts: u32) -> Duration {
     cap.mul_f64(0.5 + fastrand::f64() / 2.0)
 }
 
+/// Where a notification goes, and the trace it carries on.
+#[derive(Clone, Copy)]
+struct Webhook<'a> {
+    config: &'a TaskPushNotificationConfig,
+    /// A W3C `traceparent`, or "".
+    trace: &'a str,
+}
+
 /// POSTs the event (an encoded `StreamResponse`) to the config's webhook
 /// as ProtoJSON, within the timeout.
 async fn post(
     settings: &Settings,
     pool: &Pool,
     host: &Arc<str>,
-    config: &TaskPushNotificationConfig,
+    webhook: Webhook<'_>,
     event: &[u8],
 ) -> Outcome {
     use prost::Message as _;
@@ -732,7 +774,7 @@ async fn post(
         Ok(body) => body,
         Err(e) => return Outcome::Final(format!("the stored event does not encode: {e}")),
     };
-    match tokio::time::timeout(settings.timeout, send(settings, pool, host, config, body)).await {
+    match tokio::time::timeout(settings.timeout, send(settings, pool, host, webhook, body)).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome::Unreachable(format!("no answer within {:?}", settings.timeout)),
     }
@@ -742,15 +784,15 @@ async fn send(
     settings: &Settings,
     pool: &Pool,
     host: &Arc<str>,
-    config: &TaskPushNotificationConfig,
+    webhook: Webhook<'_>,
     body: String,
 ) -> Outcome {
-    let target = match super::egress::parse(&config.url) {
+    let target = match super::egress::parse(&webhook.config.url) {
         Ok(target) => target,
         Err(e) => return Outcome::Final(e.to_string()),
     };
     let body = bytes::Bytes::from(body);
-    let build = || request(&target, config, body.clone());
+    let build = || request(&target, webhook, body.clone());
     // A kept-alive connection first: its address passed the policy when it
     // was made. If the webhook closed it meanwhile, a new one is made.
     if let Some(sender) = pool.take(host) {
@@ -895,12 +937,13 @@ async fn tls(
 }
 
 /// The POST: the config's credentials as `Authorization`, its token as
-/// [`TOKEN_HEADER`].
+/// [`TOKEN_HEADER`], the run's trace as `traceparent`.
 fn request(
     target: &Target,
-    config: &TaskPushNotificationConfig,
+    webhook: Webhook<'_>,
     body: bytes::Bytes,
 ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, String> {
+    let config = webhook.config;
     let uri: http::Uri = config.url.parse().map_err(|e| format!("{e}"))?;
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let host = if target.host.contains(':') {
@@ -922,6 +965,9 @@ fn request(
     }
     if !config.token.is_empty() {
         request = request.header(TOKEN_HEADER, &config.token);
+    }
+    if !webhook.trace.is_empty() {
+        request = request.header(crate::telemetry::TRACEPARENT, webhook.trace);
     }
     // The header values came from the client: one it could not send is
     // refused here without saying what it held.

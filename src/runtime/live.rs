@@ -100,6 +100,9 @@ pub(crate) struct RunRequest {
     /// The send's push notification config (see
     /// [`super::MessageRequest::push_config`]); taken before a run starts.
     pub(crate) push_config: Option<crate::proto::TaskPushNotificationConfig>,
+    /// Where the run was asked for: the span it is a child of, the
+    /// caller's trace.
+    pub(crate) trace: crate::telemetry::RunTrace,
 }
 
 /// A follow-up message waiting for its run.
@@ -1426,7 +1429,7 @@ impl LiveTask {
                 accepted_output_modes: request.accepted_output_modes,
                 cancelled,
             };
-            shared.start_follow_up(self.clone(), request.agent, ctx);
+            shared.start_follow_up(self.clone(), request.agent, ctx, &request.trace);
             return;
         }
         if shared.replicated && runs.claim == RunClaim::Held && !runs.active {

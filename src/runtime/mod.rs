@@ -303,6 +303,9 @@ pub struct MessageRequest {
     /// and with its id: registered with a new task before its first event,
     /// or set on the task a follow-up continues before its message.
     pub push_config: Option<crate::proto::TaskPushNotificationConfig>,
+    /// The caller's W3C trace context (`traceparent`), which the run and
+    /// its task's webhooks continue ([`crate::telemetry`]).
+    pub trace: Option<crate::telemetry::TraceParent>,
 }
 
 impl From<Message> for MessageRequest {
@@ -531,12 +534,22 @@ impl TaskManager {
                 ),
             )
         })?;
+        crate::telemetry::record_agent(self.shared.agent_label(tenant));
+        // A new task's ids are recorded once chosen (`run::start_new`).
+        if !request.message.task_id.is_empty() {
+            crate::telemetry::record_call(
+                "",
+                &request.message.task_id,
+                &request.message.context_id,
+            );
+        }
         let request = RunRequest {
             agent,
             message: request.message,
             metadata: request.metadata,
             accepted_output_modes: request.accepted_output_modes,
             push_config: request.push_config,
+            trace: crate::telemetry::RunTrace::here(request.trace),
         };
         if request.message.task_id.is_empty() {
             self.send_new(tenant, caller, request, history, subscribe)
@@ -1197,9 +1210,10 @@ impl Shared {
         live: Arc<LiveTask>,
         agent: Arc<dyn crate::agent::AgentExecutor>,
         ctx: RequestContext,
+        trace: &crate::telemetry::RunTrace,
     ) {
         let mode = sink::SinkMode::Live { live, answer: None };
-        run::spawn(self, agent, ctx, mode);
+        run::spawn(self, agent, ctx, mode, trace);
     }
 
     /// Answers a repeat of a message that already created task `key` with

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};
+use tracing::Instrument;
 
 use super::answer::Reply;
 use super::live::RunRequest;
@@ -18,6 +19,7 @@ use super::{OriginClaim, SendOutcome, Shared, TaskKey};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::HistoryLength;
+use crate::telemetry::RunTrace;
 
 /// Starts a run for a message without a task id and waits for the agent's
 /// first event, which decides between a task and a direct reply. `claim`
@@ -37,6 +39,7 @@ pub(super) async fn start_new(
         metadata,
         accepted_output_modes,
         push_config,
+        trace,
     } = request;
     // UUIDv7: unique like v4, but time-ordered, so new tasks sit together at
     // the end of the stores' key indexes instead of dirtying a random page
@@ -47,6 +50,7 @@ pub(super) async fn start_new(
         message.context_id = uuid::Uuid::now_v7().to_string();
     }
     message.task_id = task_id.clone();
+    crate::telemetry::record_call("", &task_id, &message.context_id);
     let (tx, rx) = oneshot::channel();
     let ctx = RequestContext {
         tenant: tenant.to_owned(),
@@ -66,7 +70,7 @@ pub(super) async fn start_new(
         subscribe,
         reply: Some(Reply::new(tx, Some(claim))),
     };
-    spawn(shared, agent, ctx, mode);
+    spawn(shared, agent, ctx, mode, &trace);
     rx.await.unwrap_or_else(|_| {
         Err(A2aError::Internal(
             "the agent run ended without an answer".into(),
@@ -74,14 +78,22 @@ pub(super) async fn start_new(
     })
 }
 
-/// Runs `agent` on `ctx` in the background with a sink in `mode`.
+/// Runs `agent` on `ctx` in the background with a sink in `mode`, in a
+/// `run` span that continues `trace` ([`crate::telemetry`]).
 pub(super) fn spawn(
     shared: &Arc<Shared>,
     agent: Arc<dyn AgentExecutor>,
     ctx: RequestContext,
     mode: SinkMode,
+    trace: &RunTrace,
 ) {
-    tracing::debug!(task_id = %ctx.task_id, message_id = %ctx.message.message_id, "agent run started");
+    let (span, carried) = trace.start(
+        &ctx.tenant,
+        &ctx.task_id,
+        &ctx.context_id,
+        shared.agent_label(&ctx.tenant),
+    );
+    tracing::debug!(parent: &span, message_id = %ctx.message.message_id, "agent run started");
     let sink = RunSink {
         inner: Arc::new(SinkInner {
             shared: shared.clone(),
@@ -92,49 +104,53 @@ pub(super) fn spawn(
             context_id: ctx.context_id.clone(),
             cancel: ctx.cancelled.clone(),
             mode: Mutex::new(mode),
+            trace: carried.map(|t| t.to_string()),
         }),
     };
     let timeout = shared.config.task_timeout;
     let running = RunningGuard::new(shared, &sink.inner.key);
     let counted = shared.config.metrics.as_ref().map(|m| m.tasks.run());
-    tokio::spawn(async move {
-        let _running = running;
-        let _counted = counted;
-        // The executor's future is polled only here; a panic in it leaves
-        // nothing half-updated that this task reads afterwards (the sink's
-        // state is behind its own locks).
-        let mut execution =
-            std::panic::AssertUnwindSafe(agent.execute(ctx, sink.handle())).catch_unwind();
-        let result = match timeout {
-            None => execution.await,
-            Some(limit) => tokio::select! {
-                result = &mut execution => result,
-                _ = tokio::time::sleep(limit) => {
-                    sink.time_out(format!(
-                        "The task timed out: still active {} after its run started.",
-                        humantime::format_duration(limit)
-                    ))
-                    .await;
-                    execution.await
+    tokio::spawn(
+        async move {
+            let _running = running;
+            let _counted = counted;
+            // The executor's future is polled only here; a panic in it leaves
+            // nothing half-updated that this task reads afterwards (the sink's
+            // state is behind its own locks).
+            let mut execution =
+                std::panic::AssertUnwindSafe(agent.execute(ctx, sink.handle())).catch_unwind();
+            let result = match timeout {
+                None => execution.await,
+                Some(limit) => tokio::select! {
+                    result = &mut execution => result,
+                    _ = tokio::time::sleep(limit) => {
+                        sink.time_out(format!(
+                            "The task timed out: still active {} after its run started.",
+                            humantime::format_duration(limit)
+                        ))
+                        .await;
+                        execution.await
+                    }
+                },
+            };
+            let failure = match result {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(format!("agent failed: {e}")),
+                Err(payload) => {
+                    let text = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    tracing::error!(panic = %text, "agent panicked");
+                    Some(format!("agent panicked: {text}"))
                 }
-            },
-        };
-        let failure = match result {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(format!("agent failed: {e}")),
-            Err(payload) => {
-                let text = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                tracing::error!(task_id = %sink.inner.key.id, panic = %text, "agent panicked");
-                Some(format!("agent panicked: {text}"))
-            }
-        };
-        tracing::debug!(task_id = %sink.inner.key.id, "agent run ended");
-        sink.finish(failure).await;
-    });
+            };
+            tracing::debug!("agent run ended");
+            sink.finish(failure).await;
+        }
+        .instrument(span),
+    );
 }
 
 /// Counts a run among the server's running ones until its task ends (see

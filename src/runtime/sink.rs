@@ -79,6 +79,9 @@ pub(crate) struct SinkInner {
     /// so CancelTask can reach the executor.
     pub(crate) cancel: tokio_util::sync::CancellationToken,
     pub(crate) mode: Mutex<SinkMode>,
+    /// The `traceparent` the run's writes leave on its task, for its
+    /// webhooks ([`crate::telemetry::RunTrace::start`]).
+    pub(crate) trace: Option<String>,
 }
 
 /// A run's sink: the [`SinkTarget`] behind the executor's [`EventSink`],
@@ -205,6 +208,11 @@ impl RunSink {
             Err(other) => return Err(SinkError::Store(StoreError::Internal(other.to_string()))),
         };
         let backlogged = LiveTask::backlogged(&state);
+        if let (Some(trace), Some(loaded)) = (&self.inner.trace, state.as_mut())
+            && loaded.record.trace != *trace
+        {
+            loaded.record.trace = trace.clone();
+        }
         let commit = live
             .submit_locked(shared, &mut state, event, author)
             .map_err(|f| sink_error(&self.inner.key.id, f))?;

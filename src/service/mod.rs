@@ -139,12 +139,16 @@ impl A2aGrpc {
     /// The caller (see [`A2aGrpc::authenticate`]), then the version,
     /// extensions and capability rules (see [`Cards::check`]), before
     /// anything else about the request.
+    /// The call's `tenant` and `task_id` are recorded in its span first
+    /// ([`crate::telemetry`]).
     async fn check<T: Sync>(
         &self,
         request: &Request<T>,
         tenant: &str,
+        task_id: &str,
         streaming: bool,
     ) -> Result<Caller, Status> {
+        crate::telemetry::record_call(tenant, task_id, "");
         let principal = self.authenticate(request, tenant).await?;
         self.cards.check(request.metadata(), tenant, streaming)?;
         Ok(caller(principal))
@@ -158,6 +162,8 @@ impl A2aGrpc {
         streaming: bool,
     ) -> Result<Caller, Status> {
         let send = request.get_ref();
+        // The task and context: once the runtime has them.
+        crate::telemetry::record_call(&send.tenant, "", "");
         let principal = self.authenticate(request, &send.tenant).await?;
         self.cards.check_send(
             request.metadata(),
@@ -190,7 +196,8 @@ impl A2aService for A2aGrpc {
     ) -> Result<Response<SendMessageResponse>, Status> {
         let caller = self.check_send(&request, false).await?;
         let push = self.push.as_deref();
-        send::send_message(&self.manager, &caller, push, request.into_inner()).await
+        let trace = request.extensions().get().copied();
+        send::send_message(&self.manager, &caller, push, trace, request.into_inner()).await
     }
 
     type SendStreamingMessageStream = EventStream;
@@ -201,12 +208,19 @@ impl A2aService for A2aGrpc {
     ) -> Result<Response<EventStream>, Status> {
         let caller = self.check_send(&request, true).await?;
         let push = self.push.as_deref();
-        send::send_streaming_message(&self.manager, &caller, push, request.into_inner()).await
+        let trace = request.extensions().get().copied();
+        send::send_streaming_message(&self.manager, &caller, push, trace, request.into_inner())
+            .await
     }
 
     async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, false)
+            .check(
+                &request,
+                &request.get_ref().tenant,
+                &request.get_ref().id,
+                false,
+            )
             .await?;
         tasks::get_task(&self.manager, &caller, request.into_inner()).await
     }
@@ -216,7 +230,7 @@ impl A2aService for A2aGrpc {
         request: Request<ListTasksRequest>,
     ) -> Result<Response<ListTasksResponse>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, false)
+            .check(&request, &request.get_ref().tenant, "", false)
             .await?;
         tasks::list_tasks(&self.manager, &caller, request.into_inner()).await
     }
@@ -226,7 +240,12 @@ impl A2aService for A2aGrpc {
         request: Request<CancelTaskRequest>,
     ) -> Result<Response<Task>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, false)
+            .check(
+                &request,
+                &request.get_ref().tenant,
+                &request.get_ref().id,
+                false,
+            )
             .await?;
         tasks::cancel_task(&self.manager, &caller, request.into_inner()).await
     }
@@ -238,7 +257,12 @@ impl A2aService for A2aGrpc {
         request: Request<SubscribeToTaskRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, true)
+            .check(
+                &request,
+                &request.get_ref().tenant,
+                &request.get_ref().id,
+                true,
+            )
             .await?;
         tasks::subscribe_to_task(&self.manager, &caller, request.into_inner()).await
     }
@@ -248,7 +272,12 @@ impl A2aService for A2aGrpc {
         request: Request<TaskPushNotificationConfig>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, false)
+            .check(
+                &request,
+                &request.get_ref().tenant,
+                &request.get_ref().task_id,
+                false,
+            )
             .await?;
         push::create(&self.manager, &caller, self.push()?, request.into_inner()).await
     }
@@ -258,7 +287,12 @@ impl A2aService for A2aGrpc {
         request: Request<GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<TaskPushNotificationConfig>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, false)
+            .check(
+                &request,
+                &request.get_ref().tenant,
+                &request.get_ref().task_id,
+                false,
+            )
             .await?;
         self.push()?;
         push::get(&self.manager, &caller, request.into_inner()).await
@@ -269,7 +303,12 @@ impl A2aService for A2aGrpc {
         request: Request<ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<ListTaskPushNotificationConfigsResponse>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, false)
+            .check(
+                &request,
+                &request.get_ref().tenant,
+                &request.get_ref().task_id,
+                false,
+            )
             .await?;
         self.push()?;
         push::list(&self.manager, &caller, request.into_inner()).await
@@ -280,7 +319,7 @@ impl A2aService for A2aGrpc {
         request: Request<GetExtendedAgentCardRequest>,
     ) -> Result<Response<AgentCard>, Status> {
         let tenant = &request.get_ref().tenant;
-        self.check(&request, tenant, false).await?;
+        self.check(&request, tenant, "", false).await?;
         Ok(Response::new(self.cards.extended(tenant)?))
     }
 
@@ -289,7 +328,12 @@ impl A2aService for A2aGrpc {
         request: Request<DeleteTaskPushNotificationConfigRequest>,
     ) -> Result<Response<()>, Status> {
         let caller = self
-            .check(&request, &request.get_ref().tenant, false)
+            .check(
+                &request,
+                &request.get_ref().tenant,
+                &request.get_ref().task_id,
+                false,
+            )
             .await?;
         self.push()?;
         push::delete(&self.manager, &caller, request.into_inner()).await

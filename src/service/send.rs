@@ -12,6 +12,7 @@ use crate::push::egress::Egress;
 use crate::runtime::stream::CloseAt;
 use crate::runtime::{SendOutcome, TaskManager};
 use crate::store::Caller;
+use crate::telemetry::TraceParent;
 
 /// A send's push notification config: PUSH_NOTIFICATION_NOT_SUPPORTED
 /// when push is off; else checked like CreateTaskPushNotificationConfig's
@@ -38,9 +39,11 @@ pub async fn send_message(
     manager: &TaskManager,
     caller: &Caller,
     push: Option<&Egress>,
+    trace: Option<TraceParent>,
     request: SendMessageRequest,
 ) -> Result<Response<SendMessageResponse>, Status> {
-    let req = checked(validate::send_request(request)?, push).await?;
+    let mut req = checked(validate::send_request(request)?, push).await?;
+    req.request.trace = trace;
     let outcome = manager
         .send_message(&req.tenant, caller, req.request, req.history, false)
         .await?;
@@ -64,9 +67,11 @@ pub async fn send_streaming_message(
     manager: &TaskManager,
     caller: &Caller,
     push: Option<&Egress>,
+    trace: Option<TraceParent>,
     request: SendMessageRequest,
 ) -> Result<Response<EventStream>, Status> {
-    let req = checked(validate::send_request(request)?, push).await?;
+    let mut req = checked(validate::send_request(request)?, push).await?;
+    req.request.trace = trace;
     let outcome = manager
         .send_message(&req.tenant, caller, req.request, req.history, true)
         .await?;

@@ -158,6 +158,8 @@ pub fn send_request(req: SendMessageRequest) -> Result<SendRequest, A2aError> {
             // Checked by the service: whether push is offered, and the
             // config itself (`service::push::checked`).
             push_config: config.task_push_notification_config,
+            // The call's, set by the service from its metadata.
+            trace: None,
         },
         history,
         return_immediately: config.return_immediately,

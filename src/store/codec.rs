@@ -22,6 +22,9 @@ struct StoredRecord {
     owner: String,
     #[prost(message, repeated, tag = "4")]
     push_configs: Vec<crate::proto::TaskPushNotificationConfig>,
+    /// Absent (empty) in records written before traces were kept.
+    #[prost(string, tag = "5")]
+    trace: String,
 }
 
 pub fn encode(record: &TaskRecord) -> Vec<u8> {
@@ -31,6 +34,7 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
     use prost::encoding::{message, string};
     // proto3: an empty owner is not written, as prost would not.
     let owner = !record.owner.is_empty();
+    let trace = !record.trace.is_empty();
     let len = message::encoded_len(1, &record.task)
         + string::encoded_len_repeated(2, &record.sealed_artifacts)
         + if owner {
@@ -38,7 +42,12 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
         } else {
             0
         }
-        + message::encoded_len_repeated(4, &record.push_configs);
+        + message::encoded_len_repeated(4, &record.push_configs)
+        + if trace {
+            string::encoded_len(5, &record.trace)
+        } else {
+            0
+        };
     let mut buf = Vec::with_capacity(len);
     message::encode(1, &record.task, &mut buf);
     string::encode_repeated(2, &record.sealed_artifacts, &mut buf);
@@ -47,6 +56,9 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
     }
     for config in &record.push_configs {
         message::encode(4, config, &mut buf);
+    }
+    if trace {
+        string::encode(5, &record.trace, &mut buf);
     }
     buf
 }
@@ -59,6 +71,7 @@ pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
         sealed_artifacts: stored.sealed_artifacts,
         owner: stored.owner,
         push_configs: stored.push_configs,
+        trace: stored.trace,
     })
 }
 
@@ -112,9 +125,16 @@ mod tests {
         record.sealed_artifacts.push("a".into());
         assert_eq!(decode(&encode(&record)).unwrap(), record);
         // Byte for byte the `StoredRecord` message, with and without an
-        // owner: stored data stays readable.
-        for owner in ["", "ci-bot"] {
+        // owner and a trace: stored data stays readable.
+        for (owner, trace) in [
+            ("", ""),
+            (
+                "ci-bot",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+        ] {
             record.owner = owner.into();
+            record.trace = trace.into();
             record.push_configs = vec![crate::proto::TaskPushNotificationConfig {
                 id: format!("hook-{owner}"),
                 url: "https://hooks.example.test/a2a".into(),
@@ -126,6 +146,7 @@ mod tests {
                 sealed_artifacts: record.sealed_artifacts.clone(),
                 owner: owner.into(),
                 push_configs: record.push_configs.clone(),
+                trace: trace.into(),
             };
             assert_eq!(encode(&record), message.encode_to_vec());
             assert_eq!(decode(&encode(&record)).unwrap(), record);

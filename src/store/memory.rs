@@ -327,6 +327,21 @@ impl TaskStore for MemoryStore {
         Ok(active)
     }
 
+    async fn count_unfinished(&self) -> Result<Vec<(crate::proto::TaskState, u64)>, StoreError> {
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        let mut counts: HashMap<crate::proto::TaskState, u64> = HashMap::new();
+        for tasks in tenants.values() {
+            for entry in tasks.by_id.values() {
+                if let Ok(state) = state_from_i32(entry.state)
+                    && !state.is_terminal()
+                {
+                    *counts.entry(state).or_default() += 1;
+                }
+            }
+        }
+        Ok(counts.into_iter().collect())
+    }
+
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
         let before = time_key(before);
         let mut tenants = self.tenants.write().map_err(poisoned)?;

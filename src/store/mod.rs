@@ -409,6 +409,21 @@ pub trait TaskStore: Send + Sync + 'static {
     /// with its tenant: what recovery after a restart looks at.
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError>;
 
+    /// How many tasks are in each state that has not ended (SUBMITTED,
+    /// WORKING, INPUT_REQUIRED, AUTH_REQUIRED), across every tenant and
+    /// every replica sharing the store: the `a2a_tasks` gauge. States
+    /// with none may be left out; a backend that cannot count returns
+    /// nothing.
+    async fn count_unfinished(&self) -> Result<Vec<(TaskState, u64)>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Whether the store answers: the readiness probe (a read of a task
+    /// that does not exist). A backend with a cheaper check overrides it.
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.get("", "").await.map(|_| ())
+    }
+
     /// The backend's name, as the `backend` label of the store metrics
     /// shows it.
     fn backend(&self) -> &'static str {

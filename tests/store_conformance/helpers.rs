@@ -384,6 +384,8 @@ pub(super) fn rich_record(id: &str) -> TaskRecord {
     r.task.metadata = Some(st(vec![("owner", sv("alice")), ("data", nested_data())]));
     r.sealed_artifacts = vec!["art-1".into()];
     r.owner = "alice".into();
+    // The trace its webhooks carry (issue "operability").
+    r.trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into();
     // Push configs are stored with the task (issue "push notifications").
     r.push_configs = vec![
         a2a_lifecycle::proto::TaskPushNotificationConfig {

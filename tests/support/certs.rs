@@ -158,7 +158,7 @@ pub async fn serve_tls(
             a2a_lifecycle::server::Security {
                 auth,
                 tls: Some(tls),
-                push: None,
+                ..Default::default()
             },
             async {
                 let _ = stopped.await;

@@ -90,18 +90,32 @@ impl TestServer {
         discovery: DiscoveryConfig,
         auth: Option<Arc<a2a_lifecycle::auth::Authenticator>>,
     ) -> Self {
+        let manager = TaskManager::new(store, agents, config);
+        let security = a2a_lifecycle::server::Security {
+            auth,
+            ..Default::default()
+        };
+        Self::serve(manager, discovery, Default::default(), security).await
+    }
+
+    /// Serves `manager` with every part given.
+    pub async fn serve(
+        manager: TaskManager,
+        discovery: DiscoveryConfig,
+        limits: a2a_lifecycle::connections::ConnectionLimits,
+        security: a2a_lifecycle::server::Security,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let manager = TaskManager::new(store, agents, config);
         let (tx, rx) = oneshot::channel::<()>();
         let m = manager.clone();
         let handle = tokio::spawn(async move {
-            a2a_lifecycle::server::serve_manager_secured(
+            a2a_lifecycle::server::serve_manager_tls(
                 listener,
                 m,
                 discovery,
-                Default::default(),
-                auth,
+                limits,
+                security,
                 async {
                     let _ = rx.await;
                 },
@@ -364,10 +378,20 @@ pub fn spawn_serve_logging(
     filter: &str,
     args: &[&str],
 ) -> (Child, String, std::sync::mpsc::Receiver<String>) {
+    spawn_serve_env(&[("RUST_LOG", filter)], args)
+}
+
+/// [`spawn_serve_logged`] with environment variables set (`RUST_LOG`
+/// is `info` unless given).
+pub fn spawn_serve_env(
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Child, String, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(args)
-        .env("RUST_LOG", filter)
+        .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -380,6 +404,10 @@ pub fn spawn_serve_logging(
             .unwrap();
         if let Some(rest) = line.split("addr=").nth(1) {
             break rest.split_whitespace().next().unwrap().to_string();
+        }
+        // --log-format json
+        if let Some(rest) = line.split("\"addr\":\"").nth(1) {
+            break rest.split('"').next().unwrap().to_string();
         }
     };
     let (tx, rx) = std::sync::mpsc::channel();
@@ -539,4 +567,27 @@ pub async fn subscribed_while_working(
     .into_inner();
     within("snapshot", stream.message()).await.unwrap().unwrap();
     (task, stream)
+}
+
+/// Metrics text (OpenMetrics or Prometheus), parsed.
+pub fn parse_metrics(text: &str) -> prometheus_parse::Scrape {
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    prometheus_parse::Scrape::parse(lines).expect("the metrics parse")
+}
+
+/// The value of the sample `name` whose labels include `labels` (0 when
+/// there is none yet), summed over the rest; for a histogram, its count.
+pub fn metric_value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    use prometheus_parse::Value;
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match &s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => panic!("{name} is a summary"),
+        })
+        .sum()
 }

@@ -181,6 +181,9 @@ struct SuiteArgs {
     /// webhook, and delivery to a local receiver).
     #[arg(long)]
     no_push: bool,
+    /// Skip the cost of metrics and spans (the same server with each off).
+    #[arg(long)]
+    no_operability: bool,
 }
 
 impl RunArgs {
@@ -714,6 +717,17 @@ fn sibling(name: &str) -> PathBuf {
 }
 
 fn spawn_server(program: &Path, args: &[&str], cpus: Option<&str>) -> Result<Server, AnyError> {
+    spawn_server_logging(program, args, cpus, "info")
+}
+
+/// [`spawn_server`] with `RUST_LOG` set to `filter` (which must keep the
+/// line that says where the server listens).
+fn spawn_server_logging(
+    program: &Path,
+    args: &[&str],
+    cpus: Option<&str>,
+    filter: &str,
+) -> Result<Server, AnyError> {
     use std::io::{BufRead, BufReader};
     let mut command = match cpus {
         Some(cpus) => {
@@ -725,7 +739,7 @@ fn spawn_server(program: &Path, args: &[&str], cpus: Option<&str>) -> Result<Ser
     };
     let mut child = command
         .args(args)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", filter)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -993,6 +1007,13 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         json.extend(auth_json);
     }
 
+    if !args.no_operability {
+        let (ops_rows, ops_json) =
+            operability_cost(args, &main_bin, &ours_args, server_cpus).await?;
+        rows.extend(ops_rows);
+        json.extend(ops_json);
+    }
+
     if !args.no_push {
         let (push_rows, push_json) = push_cost(args, &main_bin, &ours_args, server_cpus).await?;
         rows.extend(push_rows);
@@ -1105,23 +1126,13 @@ async fn auth_cost(
         ),
         (Workload::Get, "GetTask, RS256 JWT", jwt.as_str(), 1.60),
     ] {
-        let (mut p, mut a, mut r) = (vec![], vec![], vec![]);
-        for round in 1..=args.rounds {
-            let op = run_workload(&run(&plain, workload, None)).await?;
-            let oa = run_workload(&run(&authed, workload, Some(token))).await?;
-            let cpu = |o: &Outcome| o.cpu_us_per_request().unwrap_or(f64::NAN);
-            eprintln!(
-                "round {round} auth {name}: without {:.0} req/s {:.1} µs CPU/req; with {:.0} req/s {:.1}",
-                op.rate(),
-                cpu(&op),
-                oa.rate(),
-                cpu(&oa)
-            );
-            p.push(cpu(&op));
-            a.push(cpu(&oa));
-            r.push(cpu(&oa) / cpu(&op));
-        }
-        let (without, with, ratio) = (median(p), median(a), median(r));
+        let (without, with, ratio) = paired_cpu(
+            args.rounds,
+            &format!("auth {name}"),
+            &run(&plain, workload, None),
+            &run(&authed, workload, Some(token)),
+        )
+        .await?;
         rows.push(Row {
             name: format!("auth: {name}"),
             bare: without,
@@ -1140,6 +1151,93 @@ async fn auth_cost(
     }
     drop((plain, authed));
     let _ = std::fs::remove_dir_all(&dir);
+    Ok((rows, json))
+}
+
+/// Server CPU per request of two runs alternated `rounds` times: the
+/// medians without and with, and the median of the rounds' ratios.
+async fn paired_cpu(
+    rounds: usize,
+    what: &str,
+    without: &RunArgs,
+    with: &RunArgs,
+) -> Result<(f64, f64, f64), AnyError> {
+    let (mut p, mut a, mut r) = (vec![], vec![], vec![]);
+    for round in 1..=rounds {
+        let op = run_workload(without).await?;
+        let oa = run_workload(with).await?;
+        let cpu = |o: &Outcome| o.cpu_us_per_request().unwrap_or(f64::NAN);
+        eprintln!(
+            "round {round} {what}: without {:.0} req/s {:.1} µs CPU/req; with {:.0} req/s {:.1}",
+            op.rate(),
+            cpu(&op),
+            oa.rate(),
+            cpu(&oa)
+        );
+        p.push(cpu(&op));
+        a.push(cpu(&oa));
+        r.push(cpu(&oa) / cpu(&op));
+    }
+    Ok((median(p), median(a), median(r)))
+}
+
+/// Metrics and spans, each against the same server without it,
+/// alternately, per workload: metrics on (the default) against
+/// `--no-metrics`; the RPC and run spans (on at the default `info` log
+/// level) against `RUST_LOG=warn`, which turns them off. What each costs
+/// in server CPU per request.
+async fn operability_cost(
+    args: &SuiteArgs,
+    main_bin: &Path,
+    ours_args: &[&str],
+    server_cpus: Option<&str>,
+) -> Result<(Vec<Row>, Vec<String>), AnyError> {
+    /// Spans off; the line naming the address stays.
+    const QUIET: &str = "warn,a2a_lifecycle::server=info";
+    let full = spawn_server(main_bin, ours_args, server_cpus)?;
+    let mut without_metrics = ours_args.to_vec();
+    without_metrics.push("--no-metrics");
+    let no_metrics = spawn_server(main_bin, &without_metrics, server_cpus)?;
+    let no_spans = spawn_server_logging(main_bin, ours_args, server_cpus, QUIET)?;
+    let run =
+        |server: &Server, workload: Workload| RunArgs::against(server, workload, args.load.clone());
+    let (mut rows, mut json) = (Vec::new(), Vec::new());
+    for (feature, base, unit) in [
+        ("metrics", &no_metrics, "µs CPU/req (--no-metrics vs on)"),
+        ("spans", &no_spans, "µs CPU/req (RUST_LOG=warn vs info)"),
+    ] {
+        for (workload, name) in [
+            (Workload::Get, "GetTask"),
+            (Workload::Send, "SendMessage (non-blocking)"),
+        ] {
+            let (without, with, ratio) = paired_cpu(
+                args.rounds,
+                &format!("{feature} {name}"),
+                &run(base, workload),
+                &run(&full, workload),
+            )
+            .await?;
+            // "At most a few percent of CPU per request" (the metrics
+            // issue).
+            let target = 1.05;
+            rows.push(Row {
+                name: format!("{feature}: {name}"),
+                bare: without,
+                tuned: f64::NAN,
+                ours: with,
+                unit,
+                ratio,
+                ratio_tuned: f64::NAN,
+                target: format!("<= {target:.2}"),
+                ok: ratio <= target,
+                extra: format!("{:+.2} µs CPU/req", with - without),
+            });
+            json.push(format!(
+                "{{\"name\":\"{feature}\",\"workload\":\"{name}\",\"without_us\":{without:.2},\"with_us\":{with:.2},\"ratio\":{ratio:.3}}}"
+            ));
+        }
+    }
+    drop((full, no_metrics, no_spans));
     Ok((rows, json))
 }
 

@@ -722,6 +722,17 @@ impl TaskStore for PostgresStore {
         TaskPage::from_rows(&rows, page_size, query, total as usize)
     }
 
+    async fn count_unfinished(&self) -> Result<Vec<(crate::proto::TaskState, u64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(&super::sqlite::unfinished_counts(), &[])
+            .await
+            .map_err(unavailable)?;
+        Ok(super::sqlite::counted(
+            rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        ))
+    }
+
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         let sql = format!(
             "SELECT tenant, record, version, id FROM tasks WHERE state IN ({})",

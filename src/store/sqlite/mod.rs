@@ -134,6 +134,24 @@ pub(super) fn state_list(class: StateClass) -> String {
         .join(",")
 }
 
+/// Counts the tasks of each state that has not ended (by the
+/// `tasks_by_state_time` index, which both SQL backends have).
+pub(super) fn unfinished_counts() -> String {
+    format!(
+        "SELECT state, COUNT(*) FROM tasks WHERE state IN ({},{}) GROUP BY state",
+        state_list(StateClass::Active),
+        state_list(StateClass::Interrupted)
+    )
+}
+
+/// [`unfinished_counts`]' rows as states and counts (a number that is no
+/// state, which no write stores, is left out).
+pub(super) fn counted(rows: Vec<(i32, i64)>) -> Vec<(TaskState, u64)> {
+    rows.into_iter()
+        .filter_map(|(state, n)| Some((TaskState::try_from(state).ok()?, n.max(0) as u64)))
+        .collect()
+}
+
 /// The settings every connection to the database takes. WAL and
 /// `synchronous=NORMAL` are the durability promise above; a big page
 /// cache and memory-mapped reads serve the readers, and the WAL is
@@ -699,6 +717,21 @@ impl TaskStore for SqliteStore {
             .await?;
 
         TaskPage::from_rows(&rows, page_size, query, total as usize)
+    }
+
+    async fn count_unfinished(&self) -> Result<Vec<(TaskState, u64)>, StoreError> {
+        let sql = unfinished_counts();
+        let rows: Vec<(i32, i64)> = self
+            .read(move |conn| {
+                conn.prepare_cached(&sql)
+                    .and_then(|mut s| {
+                        s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                            .collect::<rusqlite::Result<Vec<_>>>()
+                    })
+                    .map_err(map_err)
+            })
+            .await?;
+        Ok(counted(rows))
     }
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {

@@ -1,0 +1,278 @@
+//! What an operator and a load balancer reach besides the A2A service:
+//! whether the server should be sent traffic (the gRPC health service's
+//! status, `GET /healthz`, `GET /readyz`), the store probe that decides
+//! it, and `GET /metrics` ([`crate::metrics`]); on the server's own port
+//! and, with `--metrics-listen`, on a second plain-HTTP listener of their
+//! own.
+//!
+//! Ready means: not draining, and the store answered its last probe. The
+//! gRPC health service (`grpc.health.v1.Health`, for the whole server `""`
+//! and for `lf.a2a.v1.A2AService`) reports SERVING exactly when ready,
+//! and NOT_SERVING otherwise, so that a balancer stops sending calls that
+//! could only fail with UNAVAILABLE; `/healthz` answers 200 while the
+//! process answers at all (a liveness probe that must not restart a server
+//! whose database is down: restarting would not bring the database back).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::auth::Authenticator;
+use crate::connections::{ClientCertificate, ConnectionLimits};
+use crate::metrics::Metrics;
+use crate::store::TaskStore;
+
+/// How often the store is probed ([`probe_store`]).
+pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+/// A probe not answered within this counts as the store unreachable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the operations listener's connections get to finish once the
+/// server has drained.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// The gRPC service names the health service reports on: the whole server
+/// (`""`, per the gRPC health checking protocol) and the A2A service.
+const SERVICES: [&str; 2] = ["", "lf.a2a.v1.A2AService"];
+
+/// The operations side of a server: the second listener and the probe.
+pub struct Operations {
+    /// `--metrics-listen`: `/metrics`, `/healthz` and `/readyz` over plain
+    /// HTTP on a listener of their own, without authentication (for a
+    /// private network or loopback), and open until the server has
+    /// drained, so a balancer can watch the drain.
+    pub listener: Option<TcpListener>,
+    /// How often the store is probed for readiness.
+    pub probe_every: Duration,
+}
+
+impl Default for Operations {
+    fn default() -> Self {
+        Operations {
+            listener: None,
+            probe_every: PROBE_EVERY,
+        }
+    }
+}
+
+/// Why the server is not ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct State {
+    draining: bool,
+    /// The last probe's failure.
+    store: Option<String>,
+}
+
+impl State {
+    fn ready(&self) -> bool {
+        !self.draining && self.store.is_none()
+    }
+
+    /// What `/readyz` answers.
+    fn describe(&self) -> String {
+        match (&self.store, self.draining) {
+            (_, true) => "draining".to_owned(),
+            (Some(why), false) => format!("store unreachable: {why}"),
+            (None, false) => "ready".to_owned(),
+        }
+    }
+}
+
+/// Readiness, as the health service, `/readyz` and the logs report it.
+#[derive(Clone)]
+pub struct Health {
+    reporter: HealthReporter,
+    state: Arc<watch::Sender<State>>,
+}
+
+impl Health {
+    /// Ready, reported through `reporter` (the health service's).
+    pub async fn new(reporter: HealthReporter) -> Self {
+        for service in SERVICES {
+            reporter
+                .set_service_status(service, ServingStatus::Serving)
+                .await;
+        }
+        let state = State {
+            draining: false,
+            store: None,
+        };
+        Health {
+            reporter,
+            state: Arc::new(watch::channel(state).0),
+        }
+    }
+
+    /// Whether the server is ready now.
+    pub fn ready(&self) -> bool {
+        self.state.borrow().ready()
+    }
+
+    /// The server stops taking new work: not ready from now on.
+    pub async fn draining(&self) {
+        self.update(|s| s.draining = true).await;
+    }
+
+    /// The store answered a probe (`Ok`), or did not (why).
+    pub async fn store_probed(&self, result: Result<(), String>) {
+        let was = self.state.borrow().store.clone();
+        match (&was, &result) {
+            (None, Err(why)) => {
+                tracing::error!(%why, "the store cannot be reached: reporting NOT_SERVING")
+            }
+            (Some(_), Ok(())) => tracing::info!("the store answers again: reporting SERVING"),
+            _ => {}
+        }
+        self.update(|s| s.store = result.err()).await;
+    }
+
+    /// Changes the state; tells the health service only when readiness
+    /// changed (its watchers see every status it is given).
+    async fn update(&self, change: impl FnOnce(&mut State)) {
+        let mut flipped = None;
+        self.state.send_modify(|state| {
+            let was = state.ready();
+            change(state);
+            if state.ready() != was {
+                flipped = Some(state.ready());
+            }
+        });
+        if let Some(ready) = flipped {
+            let status = if ready {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            for service in SERVICES {
+                self.reporter.set_service_status(service, status).await;
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.state.borrow().describe()
+    }
+}
+
+/// Probes the store every `every` until `shutdown`, and reports what it
+/// finds to `health`. With metrics, the probe is the count of tasks by
+/// state the `a2a_tasks` gauge shows; without, a read of nothing.
+pub async fn probe_store(
+    store: Arc<dyn TaskStore>,
+    health: Health,
+    metrics: Option<Arc<Metrics>>,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    use crate::proto::TaskState;
+    const UNFINISHED: [TaskState; 4] = [
+        TaskState::Submitted,
+        TaskState::Working,
+        TaskState::InputRequired,
+        TaskState::AuthRequired,
+    ];
+    loop {
+        let probe = async {
+            let Some(metrics) = &metrics else {
+                return store.ping().await;
+            };
+            let counts = store.count_unfinished().await?;
+            for state in UNFINISHED {
+                let count = counts
+                    .iter()
+                    .find(|(s, _)| *s == state)
+                    .map_or(0, |(_, n)| *n);
+                metrics.tasks.unfinished(state.as_str_name(), count);
+            }
+            Ok(())
+        };
+        let result = match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+        };
+        health.store_probed(result).await;
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// `GET /healthz` (200 while the process answers) and `GET /readyz` (200
+/// `ready`, or 503 with the reason: `draining`, `store unreachable: ...`),
+/// public like the health service: probes carry no credentials.
+pub fn health_router(health: Health) -> axum::Router {
+    use axum::routing::get;
+    let readyz = move || {
+        let health = health.clone();
+        async move {
+            let status = if health.ready() {
+                http::StatusCode::OK
+            } else {
+                http::StatusCode::SERVICE_UNAVAILABLE
+            };
+            (status, format!("{}\n", health.describe()))
+        }
+    };
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+}
+
+/// `GET /metrics`: the server's metrics, in the OpenMetrics text format.
+/// With `auth`, for authenticated callers only (any principal: the counts
+/// span every tenant but name no task); `401` for others.
+pub fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<Authenticator>>) -> axum::Router {
+    use axum::response::IntoResponse;
+    let scrape = move |request: axum::extract::Request| {
+        let (metrics, auth) = (metrics.clone(), auth.clone());
+        async move {
+            if let Some(auth) = &auth {
+                let authorization = request
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .map(|v| v.to_str().unwrap_or(""));
+                let certificate = request
+                    .extensions()
+                    .get::<ClientCertificate>()
+                    .map(|c| c.name.as_str());
+                if let Err(e) = auth.authenticate_request(authorization, certificate) {
+                    return (
+                        http::StatusCode::UNAUTHORIZED,
+                        [(http::header::WWW_AUTHENTICATE, "Bearer")],
+                        format!("{e}\n"),
+                    )
+                        .into_response();
+                }
+            }
+            (
+                [(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+                metrics.render(),
+            )
+                .into_response()
+        }
+    };
+    axum::Router::new().route("/metrics", axum::routing::get(scrape))
+}
+
+/// Serves `routes` on `listener` (plain HTTP/1.1 and HTTP/2, under the
+/// server's connection `limits`) until `stop` completes.
+pub async fn serve_operations(
+    listener: TcpListener,
+    routes: tonic::service::Routes,
+    limits: &ConnectionLimits,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let incoming = crate::connections::bounded(
+        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        limits,
+        false,
+    );
+    crate::connections::serve(incoming, routes, limits, None, stop).await;
+}
