@@ -202,6 +202,8 @@ async fn health_turns_not_serving_while_the_store_cannot_be_reached() {
     )
     .await;
     assert_eq!(state_of(&task), a2a_lifecycle::proto::TaskState::Completed);
+    // A watch in flight would hold the drain for its grace.
+    drop(health);
     within("stop", server.stop()).await;
 }
 
