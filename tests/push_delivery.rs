@@ -383,12 +383,7 @@ async fn deleting_a_config_stops_its_deliveries() {
         EXPECTED.len(),
         "queued with their events"
     );
-    s.manager
-        .delete_push_config(TENANT, &Caller::ANONYMOUS, &task, "hook")
-        .await
-        .unwrap();
-    tokio::spawn(dispatcher.run(s.stop.clone()));
-    drained(&s.store).await;
+    deliver_after_deleting(&s, dispatcher, &task).await;
     assert!(
         received.try_recv().is_err(),
         "a deleted config was notified"
@@ -481,12 +476,7 @@ async fn push_outcomes_retries_and_backlog_are_counted() {
     let (s, dispatcher) = setup_stopped_with(counted(loopback()));
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
-    s.manager
-        .delete_push_config(TENANT, &Caller::ANONYMOUS, &task, "hook")
-        .await
-        .unwrap();
-    tokio::spawn(dispatcher.run(s.stop.clone()));
-    drained(&s.store).await;
+    deliver_after_deleting(&s, dispatcher, &task).await;
     assert_eq!(
         value("a2a_push_deliveries_total", &[("outcome", "dropped")]),
         3.0
@@ -494,6 +484,17 @@ async fn push_outcomes_retries_and_backlog_are_counted() {
     assert_eq!(value("a2a_push_deliveries_total", &delivered), 3.0);
     assert!(received.try_recv().is_err(), "nothing more was POSTed");
     s.stop.cancel();
+}
+
+/// Deletes `task`'s config "hook", then lets the dispatcher deliver what
+/// was queued for it, until the outbox is empty.
+async fn deliver_after_deleting(s: &Setup, dispatcher: Dispatcher, task: &str) {
+    s.manager
+        .delete_push_config(TENANT, &Caller::ANONYMOUS, task, "hook")
+        .await
+        .unwrap();
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    drained(&s.store).await;
 }
 
 /// `request` with `config` as its push notification config.

@@ -93,7 +93,8 @@ pub(super) fn spawn(
         &ctx.context_id,
         shared.agent_label(&ctx.tenant),
     );
-    tracing::debug!(parent: &span, message_id = %ctx.message.message_id, "agent run started");
+    // The task named here too: text lines leave the span out by default.
+    tracing::debug!(parent: &span, task_id = %ctx.task_id, message_id = %ctx.message.message_id, "agent run started");
     let sink = RunSink {
         inner: Arc::new(SinkInner {
             shared: shared.clone(),
@@ -142,11 +143,11 @@ pub(super) fn spawn(
                         .map(|s| s.to_string())
                         .or_else(|| payload.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "unknown panic".into());
-                    tracing::error!(panic = %text, "agent panicked");
+                    tracing::error!(task_id = %sink.inner.key.id, panic = %text, "agent panicked");
                     Some(format!("agent panicked: {text}"))
                 }
             };
-            tracing::debug!("agent run ended");
+            tracing::debug!(task_id = %sink.inner.key.id, "agent run ended");
             sink.finish(failure).await;
         }
         .instrument(span),

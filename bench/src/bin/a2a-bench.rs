@@ -717,17 +717,6 @@ fn sibling(name: &str) -> PathBuf {
 }
 
 fn spawn_server(program: &Path, args: &[&str], cpus: Option<&str>) -> Result<Server, AnyError> {
-    spawn_server_logging(program, args, cpus, "info")
-}
-
-/// [`spawn_server`] with `RUST_LOG` set to `filter` (which must keep the
-/// line that says where the server listens).
-fn spawn_server_logging(
-    program: &Path,
-    args: &[&str],
-    cpus: Option<&str>,
-    filter: &str,
-) -> Result<Server, AnyError> {
     use std::io::{BufRead, BufReader};
     let mut command = match cpus {
         Some(cpus) => {
@@ -737,9 +726,10 @@ fn spawn_server_logging(
         }
         None => Command::new(program),
     };
+    // The server's own log filter, as shipped.
     let mut child = command
         .args(args)
-        .env("RUST_LOG", filter)
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -755,6 +745,10 @@ fn spawn_server_logging(
                 .next()
                 .unwrap_or_default()
                 .to_string();
+        }
+        // --log-format json
+        if let Some(rest) = line.split("\"addr\":\"").nth(1) {
+            break rest.split('"').next().unwrap_or_default().to_string();
         }
     };
     std::thread::spawn(move || for _ in lines {});
@@ -1126,32 +1120,48 @@ async fn auth_cost(
         ),
         (Workload::Get, "GetTask, RS256 JWT", jwt.as_str(), 1.60),
     ] {
-        let (without, with, ratio) = paired_cpu(
+        let measured = paired_cpu(
             args.rounds,
             &format!("auth {name}"),
             &run(&plain, workload, None),
             &run(&authed, workload, Some(token)),
         )
         .await?;
-        rows.push(Row {
-            name: format!("auth: {name}"),
-            bare: without,
-            tuned: f64::NAN,
-            ours: with,
-            unit: "µs CPU/req (without vs with --auth)",
-            ratio,
-            ratio_tuned: f64::NAN,
-            target: format!("<= {target:.2}"),
-            ok: ratio <= target,
-            extra: format!("+{:.1} µs CPU/req", with - without),
-        });
-        json.push(format!(
-            "{{\"name\":\"auth\",\"workload\":\"{name}\",\"without_us\":{without:.2},\"with_us\":{with:.2},\"ratio\":{ratio:.3}}}"
-        ));
+        let unit = "µs CPU/req (without vs with --auth)";
+        let (row, line) = cost_row("auth", name, unit, measured, target);
+        rows.push(row);
+        json.push(line);
     }
     drop((plain, authed));
     let _ = std::fs::remove_dir_all(&dir);
     Ok((rows, json))
+}
+
+/// The row and JSON line of a feature's cost: server CPU per request
+/// without and with it, and the median ratio, met when at most `target`.
+fn cost_row(
+    feature: &str,
+    workload: &str,
+    unit: &'static str,
+    (without, with, ratio): (f64, f64, f64),
+    target: f64,
+) -> (Row, String) {
+    let row = Row {
+        name: format!("{feature}: {workload}"),
+        bare: without,
+        tuned: f64::NAN,
+        ours: with,
+        unit,
+        ratio,
+        ratio_tuned: f64::NAN,
+        target: format!("<= {target:.2}"),
+        ok: ratio <= target,
+        extra: format!("{:+.2} µs CPU/req", with - without),
+    };
+    let json = format!(
+        "{{\"name\":\"{feature}\",\"workload\":\"{workload}\",\"without_us\":{without:.2},\"with_us\":{with:.2},\"ratio\":{ratio:.3}}}"
+    );
+    (row, json)
 }
 
 /// Server CPU per request of two runs alternated `rounds` times: the
@@ -1183,61 +1193,58 @@ async fn paired_cpu(
 
 /// Metrics and spans, each against the same server without it,
 /// alternately, per workload: metrics on (the default) against
-/// `--no-metrics`; the RPC and run spans (on at the default `info` log
-/// level) against `RUST_LOG=warn`, which turns them off. What each costs
-/// in server CPU per request.
+/// `--no-metrics`; log lines in JSON, which carry the spans of calls and
+/// runs (the default text lines leave them out), against the default.
+/// What each costs in server CPU per request.
 async fn operability_cost(
     args: &SuiteArgs,
     main_bin: &Path,
     ours_args: &[&str],
     server_cpus: Option<&str>,
 ) -> Result<(Vec<Row>, Vec<String>), AnyError> {
-    /// Spans off; the line naming the address stays.
-    const QUIET: &str = "warn,a2a_lifecycle::server=info";
     let full = spawn_server(main_bin, ours_args, server_cpus)?;
     let mut without_metrics = ours_args.to_vec();
     without_metrics.push("--no-metrics");
     let no_metrics = spawn_server(main_bin, &without_metrics, server_cpus)?;
-    let no_spans = spawn_server_logging(main_bin, ours_args, server_cpus, QUIET)?;
+    let mut json_args = ours_args.to_vec();
+    json_args.extend(["--log-format", "json"]);
+    let json_logs = spawn_server(main_bin, &json_args, server_cpus)?;
     let run =
         |server: &Server, workload: Workload| RunArgs::against(server, workload, args.load.clone());
     let (mut rows, mut json) = (Vec::new(), Vec::new());
-    for (feature, base, unit) in [
-        ("metrics", &no_metrics, "µs CPU/req (--no-metrics vs on)"),
-        ("spans", &no_spans, "µs CPU/req (RUST_LOG=warn vs info)"),
+    for (feature, without, with, unit) in [
+        (
+            "metrics",
+            &no_metrics,
+            &full,
+            "µs CPU/req (--no-metrics vs on)",
+        ),
+        (
+            "spans",
+            &full,
+            &json_logs,
+            "µs CPU/req (text vs --log-format json)",
+        ),
     ] {
         for (workload, name) in [
             (Workload::Get, "GetTask"),
             (Workload::Send, "SendMessage (non-blocking)"),
         ] {
-            let (without, with, ratio) = paired_cpu(
+            let measured = paired_cpu(
                 args.rounds,
                 &format!("{feature} {name}"),
-                &run(base, workload),
-                &run(&full, workload),
+                &run(without, workload),
+                &run(with, workload),
             )
             .await?;
             // "At most a few percent of CPU per request" (the metrics
             // issue).
-            let target = 1.05;
-            rows.push(Row {
-                name: format!("{feature}: {name}"),
-                bare: without,
-                tuned: f64::NAN,
-                ours: with,
-                unit,
-                ratio,
-                ratio_tuned: f64::NAN,
-                target: format!("<= {target:.2}"),
-                ok: ratio <= target,
-                extra: format!("{:+.2} µs CPU/req", with - without),
-            });
-            json.push(format!(
-                "{{\"name\":\"{feature}\",\"workload\":\"{name}\",\"without_us\":{without:.2},\"with_us\":{with:.2},\"ratio\":{ratio:.3}}}"
-            ));
+            let (row, line) = cost_row(feature, name, unit, measured, 1.05);
+            rows.push(row);
+            json.push(line);
         }
     }
-    drop((full, no_metrics, no_spans));
+    drop((full, no_metrics, json_logs));
     Ok((rows, json))
 }
 
