@@ -13,7 +13,7 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line: `timestamp`, `level`, `message`, the
     /// event's fields, `target`, and the spans it is in with their fields
-    /// (`span`: the innermost, `spans`: those above it, outermost first).
+    /// (`span`: the innermost, `spans`: all, outermost first).
     Json,
 }
 
