@@ -557,10 +557,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let grpc = request
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let grpc = is_grpc(request.headers());
         // Read now: the request is handed on.
         let method = method_label(request.uri().path());
         let answer = self.inner.call(request);
@@ -582,6 +579,14 @@ where
             }))
         })
     }
+}
+
+/// Whether a request is a gRPC call (its content type), not one of the
+/// HTTP routes served beside the services (cards, `/metrics`, probes).
+pub fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// The `grpc-status` of a header or trailer map, if it has one.

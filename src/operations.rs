@@ -204,10 +204,25 @@ pub async fn probe_store(
     }
 }
 
+/// What a port serves besides the gRPC services: the probes and, with
+/// metrics, `/metrics` (for authenticated callers only when `auth` is
+/// given).
+pub fn http_router(
+    health: Health,
+    metrics: Option<&Arc<Metrics>>,
+    auth: Option<Arc<Authenticator>>,
+) -> axum::Router {
+    let router = health_router(health);
+    match metrics {
+        Some(metrics) => router.merge(metrics_router(metrics.clone(), auth)),
+        None => router,
+    }
+}
+
 /// `GET /healthz` (200 while the process answers) and `GET /readyz` (200
 /// `ready`, or 503 with the reason: `draining`, `store unreachable: ...`),
 /// public like the health service: probes carry no credentials.
-pub fn health_router(health: Health) -> axum::Router {
+fn health_router(health: Health) -> axum::Router {
     use axum::routing::get;
     let readyz = move || {
         let health = health.clone();
@@ -228,7 +243,7 @@ pub fn health_router(health: Health) -> axum::Router {
 /// `GET /metrics`: the server's metrics, in the OpenMetrics text format.
 /// With `auth`, for authenticated callers only (any principal: the counts
 /// span every tenant but name no task); `401` for others.
-pub fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<Authenticator>>) -> axum::Router {
+fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<Authenticator>>) -> axum::Router {
     use axum::response::IntoResponse;
     let scrape = move |request: axum::extract::Request| {
         let (metrics, auth) = (metrics.clone(), auth.clone());

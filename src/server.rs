@@ -20,7 +20,7 @@ use crate::agent::AgentRouter;
 use crate::auth::Authenticator;
 use crate::connections::{self, ClientCerts, ConnectionLimits};
 use crate::discovery::{Cards, DiscoveryConfig};
-use crate::operations::{Health, Operations, health_router, metrics_router, serve_operations};
+use crate::operations::{Health, Operations, http_router, serve_operations};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::a2a_service_server::A2aServiceServer;
 use crate::runtime::{RuntimeConfig, TaskManager};
@@ -283,10 +283,7 @@ pub async fn serve_manager_tls(
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(listen = %addr, "serving metrics and health probes");
         }
-        let mut http = health_router(health.clone());
-        if let Some(metrics) = &metrics {
-            http = http.merge(metrics_router(metrics.clone(), None));
-        }
+        let http = http_router(health.clone(), metrics.as_ref(), None);
         let routes = Routes::from(http).add_service(health_service.clone());
         // Past the drain, a scrape in flight gets a moment, a health
         // watcher none.
@@ -299,10 +296,9 @@ pub async fn serve_manager_tls(
             serve_operations(listener, routes, &limits, done.cancelled_owned()).await
         })
     });
-    let mut http = cards.router().merge(health_router(health));
-    if let Some(metrics) = &metrics {
-        http = http.merge(metrics_router(metrics.clone(), auth_for_metrics));
-    }
+    let http = cards
+        .router()
+        .merge(http_router(health, metrics.as_ref(), auth_for_metrics));
     let routes = Routes::from(http)
         .add_service(health_service)
         .add_service(reflection_v1)

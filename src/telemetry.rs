@@ -160,14 +160,12 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let grpc = request
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        if !grpc {
+        if !crate::metrics::is_grpc(request.headers()) {
             return self.inner.call(request).instrument(Span::none());
         }
-        let method = crate::metrics::method_label(request.uri().path());
+        // Field values are worked out only when the span is enabled: with
+        // the default text lines the method is not looked up here at all.
+        let method = || crate::metrics::method_label(request.uri().path());
         let parent = request
             .headers()
             .get(TRACEPARENT)
@@ -175,7 +173,7 @@ where
             .and_then(TraceParent::parse);
         let span = tracing::info_span!(
             "rpc",
-            method,
+            method = method(),
             tenant = tracing::field::Empty,
             task_id = tracing::field::Empty,
             context_id = tracing::field::Empty,
@@ -186,7 +184,7 @@ where
             otel.kind = tracing::field::Empty,
         );
         if EXPORTING.load(Ordering::Relaxed) {
-            otel::adopt(&span, parent.as_ref(), method);
+            otel::adopt(&span, parent.as_ref(), method());
         }
         if let Some(parent) = parent {
             request.extensions_mut().insert(parent);
