@@ -13,24 +13,28 @@
 
 use std::{env, fs, path::PathBuf};
 
-use protox::prost::Message as _;
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
 
-    // `include_imports` (protox's default for `compile`) puts the googleapis and
-    // well-known-type files in the set too: reflection clients such as grpcurl
-    // need every dependency to resolve `lf.a2a.v1` types.
-    let fds = protox::compile(
-        [
-            "a2a.proto",
-            "google/rpc/error_details.proto",
-            "google/rpc/status.proto",
-        ],
-        ["proto"],
+    // `include_imports` puts the googleapis and well-known-type files in the
+    // set too: reflection clients such as grpcurl need every dependency to
+    // resolve `lf.a2a.v1` types.
+    let mut compiler = protox::Compiler::new(["proto"])?;
+    compiler.include_imports(true).open_files([
+        "a2a.proto",
+        "google/rpc/error_details.proto",
+        "google/rpc/status.proto",
+    ])?;
+    // Encoded by protox itself, so custom options stay in it: the
+    // HTTP+JSON binding reads its routes from the `google.api.http`
+    // annotations (prost's descriptor types would drop them as unknown
+    // fields).
+    fs::write(
+        out_dir.join("a2a_descriptor.bin"),
+        compiler.encode_file_descriptor_set(),
     )?;
-    fs::write(out_dir.join("a2a_descriptor.bin"), fds.encode_to_vec())?;
+    let fds = compiler.file_descriptor_set();
 
     // Type names (`prost::Name`) let the ProtoJSON encoder find each
     // message's descriptor in the same set.

@@ -15,7 +15,8 @@
 //! to close one connection gracefully, and each of those needs the
 //! connection's task. What tonic's server did per request is done here
 //! too: the connection's addresses in the request's extensions
-//! ([`tonic::Request::remote_addr`]) and the client's `grpc-timeout`.
+//! ([`tonic::Request::remote_addr`]). The client's `grpc-timeout` is the
+//! gRPC binding's to read (`service::grpc`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -62,6 +63,12 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// closed sooner, at [`HANDSHAKE_TIMEOUT`]: hyper times the wait for a
 /// request's headers from the moment it is ready for them.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a JSON binding's event stream (SSE) may go without an event
+/// before a comment line is sent: below the idle timeouts of proxies
+/// (commonly 60 s) and below the 5 s read timeout the official Python
+/// client's HTTP library has by default, so an idle subscription is not
+/// cut by either.
+pub const SSE_KEEPALIVE: Duration = Duration::from_secs(4);
 /// The pause after a failed accept (out of descriptors, most often), so
 /// the accept loop does not spin while the condition lasts.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
@@ -76,6 +83,7 @@ pub struct ConnectionLimits {
     pub keepalive_timeout: Duration,
     pub shutdown_grace: Duration,
     pub idle_timeout: Duration,
+    pub sse_keepalive: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -88,6 +96,7 @@ impl Default for ConnectionLimits {
             keepalive_timeout: KEEPALIVE_TIMEOUT,
             shutdown_grace: SHUTDOWN_GRACE,
             idle_timeout: IDLE_TIMEOUT,
+            sse_keepalive: SSE_KEEPALIVE,
         }
     }
 }
@@ -763,9 +772,8 @@ struct ConnInfo {
     client: Option<ClientCertificate>,
 }
 
-/// The per-connection service: counts requests in flight, gives each the
-/// connection's addresses and client certificate, and applies the client's
-/// `grpc-timeout`.
+/// The per-connection service: counts requests in flight and gives each
+/// the connection's addresses and client certificate.
 #[derive(Clone)]
 struct Counted<S> {
     inner: S,
@@ -788,7 +796,6 @@ where
 
     fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::new(self.activity.clone());
-        let deadline = grpc_timeout(request.headers());
         request
             .extensions_mut()
             .insert(self.connect_info.tcp.clone());
@@ -797,13 +804,7 @@ where
         }
         let answer = self.inner.call(request);
         Box::pin(async move {
-            let response = match deadline {
-                None => answer.await?,
-                Some(deadline) => match tokio::time::timeout(deadline, answer).await {
-                    Ok(response) => response?,
-                    Err(_) => deadline_exceeded(deadline),
-                },
-            };
+            let response = answer.await?;
             Ok(response.map(|body| CountedBody {
                 body,
                 _in_flight: in_flight,
@@ -837,53 +838,6 @@ impl http_body::Body for CountedBody {
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
     }
-}
-
-/// The longest `grpc-timeout` value: eight digits (gRPC over HTTP/2,
-/// "Timeout").
-const GRPC_TIMEOUT_DIGITS: usize = 8;
-
-/// The client's deadline from `grpc-timeout` (gRPC over HTTP/2: up to
-/// eight digits and a unit, H M S m u n). A malformed value is ignored, as
-/// tonic's server does: the client enforces its own deadline anyway.
-fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.to_str().ok()?;
-    if value.len() < 2 {
-        return None;
-    }
-    let (digits, unit) = value.split_at(value.len() - 1);
-    if digits.len() > GRPC_TIMEOUT_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let amount: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(amount * 3600),
-        "M" => Duration::from_secs(amount * 60),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return None,
-    })
-}
-
-/// DEADLINE_EXCEEDED for a call that did not answer within the client's
-/// `grpc-timeout`, with the ErrorInfo every error of this server carries.
-fn deadline_exceeded(deadline: Duration) -> Response<tonic::body::Body> {
-    let mut metadata = std::collections::HashMap::new();
-    metadata.insert("timeout_ms".to_owned(), deadline.as_millis().to_string());
-    let details = tonic_types::ErrorDetails::with_error_info(
-        "DEADLINE_EXCEEDED",
-        crate::error::ERROR_DOMAIN,
-        metadata,
-    );
-    use tonic_types::StatusExt;
-    tonic::Status::with_error_details(
-        tonic::Code::DeadlineExceeded,
-        format!("the call did not complete within the client's deadline ({deadline:?})"),
-        details,
-    )
-    .into_http()
 }
 
 #[cfg(test)]

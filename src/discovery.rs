@@ -20,7 +20,7 @@
 //!   the same server-filled fields as the public card, and refused at start
 //!   when it contradicts them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,7 +31,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tonic::metadata::MetadataMap;
 
 use crate::agent::AgentRouter;
 use crate::content::InputModes;
@@ -41,14 +40,44 @@ use crate::proto::{AgentCapabilities, AgentCard, AgentInterface, AgentProvider, 
 
 /// The protocol version this interface serves (spec §3.6).
 pub const PROTOCOL_VERSION: &str = "1.0";
-/// The protocol binding advertised in every interface (spec §4.4.6).
-pub const PROTOCOL_BINDING: &str = "GRPC";
 /// How long clients and proxies may reuse a fetched card (spec §8.6).
 pub const CARD_MAX_AGE: Duration = Duration::from_secs(300);
-/// The gRPC metadata key naming the client's protocol version (spec §3.6).
+/// The service parameter (gRPC metadata key, HTTP header) naming the
+/// client's protocol version (spec §3.2.6, §3.6).
 pub const VERSION_METADATA: &str = "a2a-version";
-/// The gRPC metadata key listing the extensions a request uses (spec §3.2.6).
+/// The service parameter listing the extensions a request uses (spec
+/// §3.2.6).
 pub const EXTENSIONS_METADATA: &str = "a2a-extensions";
+
+/// A call's A2A service parameters (spec §3.2.6), as its binding carried
+/// them: gRPC metadata or HTTP headers, names case-insensitive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceParameters {
+    /// `A2A-Version`; a value that is not visible ASCII reads as empty.
+    pub version: Option<String>,
+    /// `A2A-Extensions`: every URI, the values comma-separated and
+    /// possibly repeated.
+    pub extensions: Vec<String>,
+}
+
+impl ServiceParameters {
+    pub fn from_headers(headers: &http::HeaderMap) -> Self {
+        ServiceParameters {
+            version: headers
+                .get(VERSION_METADATA)
+                .map(|v| v.to_str().unwrap_or("").to_owned()),
+            extensions: headers
+                .get_all(EXTENSIONS_METADATA)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|uri| !uri.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}
 
 /// What the operator says about discovery.
 #[derive(Clone, Debug, Default)]
@@ -67,6 +96,14 @@ pub struct DiscoveryConfig {
     /// Push notifications are delivered (`serve` with push on): the cards
     /// declare `capabilities.pushNotifications` (spec §3.3.4).
     pub push: bool,
+    /// The protocol bindings served (`serve --bindings`): one interface
+    /// each on every card (spec §8.3.1).
+    pub bindings: crate::bindings::BindingSet,
+    /// The port speaks TLS: the JSON bindings' URLs are `https://`.
+    pub tls: bool,
+    /// `--cors-origin`: the browser origins the JSON bindings answer
+    /// (preflight and CORS headers); none by default.
+    pub cors_origins: Vec<String>,
 }
 
 /// What the cards declare of the server's authentication.
@@ -211,28 +248,47 @@ impl Cards {
             None if addr.ip().is_unspecified() => format!("127.0.0.1:{}", addr.port()),
             None => addr.to_string(),
         };
+        // gRPC's URL is the authority clients dial (`host:port`, as gRPC
+        // targets are written); the JSON bindings' an HTTP URL (spec
+        // §9, §11: the endpoint and the base of the routes).
+        let http_url = if url.starts_with("http://") || url.starts_with("https://") {
+            url.trim_end_matches('/').to_owned()
+        } else if config.tls || url.ends_with(":443") {
+            // Behind a TLS-terminating proxy the server speaks plain HTTP
+            // but clients reach it over TLS: port 443 says so.
+            format!("https://{url}")
+        } else {
+            format!("http://{url}")
+        };
+        let grpc_url = url
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
         let mut by_tenant = HashMap::new();
         for tenant in agents.tenants() {
             let agent = agents.route(&tenant).expect("listed tenant routes");
             let mut card = agent.card();
-            card.supported_interfaces = vec![AgentInterface {
-                url: url.clone(),
-                protocol_binding: PROTOCOL_BINDING.into(),
-                tenant: tenant.clone(),
-                protocol_version: PROTOCOL_VERSION.into(),
-            }];
+            card.supported_interfaces = config
+                .bindings
+                .iter()
+                .map(|binding| AgentInterface {
+                    url: match binding {
+                        crate::bindings::Binding::Grpc => grpc_url.clone(),
+                        _ => http_url.clone(),
+                    },
+                    protocol_binding: binding.protocol_binding().into(),
+                    tenant: tenant.clone(),
+                    protocol_version: PROTOCOL_VERSION.into(),
+                })
+                .collect();
             let provider = card.provider.get_or_insert_with(|| AgentProvider {
                 organization: "a2a-lifecycle".into(),
                 url: String::new(),
             });
             if provider.url.is_empty() {
                 // The demo agents are documented by their own cards.
-                let scheme = if url.ends_with(":443") {
-                    "https"
-                } else {
-                    "http"
-                };
-                provider.url = format!("{scheme}://{url}/.well-known/agent-card.json");
+                provider.url = format!("{http_url}/.well-known/agent-card.json");
             }
             if let Some(security) = &config.security {
                 security.declare(&mut card);
@@ -331,11 +387,11 @@ impl Cards {
     /// it on the `tenant` field.
     pub fn check(
         &self,
-        metadata: &MetadataMap,
+        params: &ServiceParameters,
         tenant: &str,
         streaming: bool,
     ) -> Result<(), A2aError> {
-        self.checked(metadata, tenant, streaming).map(|_| ())
+        self.checked(params, tenant, streaming).map(|_| ())
     }
 
     /// [`Cards::check`], then, for SendMessage and SendStreamingMessage,
@@ -344,12 +400,12 @@ impl Cards {
     /// An unknown tenant, or a missing message, is left to validation.
     pub fn check_send(
         &self,
-        metadata: &MetadataMap,
+        params: &ServiceParameters,
         tenant: &str,
         streaming: bool,
         message: Option<&Message>,
     ) -> Result<(), A2aError> {
-        if let Some(published) = self.checked(metadata, tenant, streaming)?
+        if let Some(published) = self.checked(params, tenant, streaming)?
             && let Some(message) = message
         {
             published.input_modes.check(message)?;
@@ -360,11 +416,11 @@ impl Cards {
     /// The shared checks; the tenant's card when there is one.
     fn checked(
         &self,
-        metadata: &MetadataMap,
+        params: &ServiceParameters,
         tenant: &str,
         streaming: bool,
     ) -> Result<Option<&Published>, A2aError> {
-        check_version(metadata)?;
+        check_version(params.version.as_deref())?;
         let Some(published) = self.by_tenant.get(tenant) else {
             // The same answer on every RPC: a tenant no agent serves is a
             // bad argument, not an empty list or a missing task.
@@ -381,17 +437,14 @@ impl Cards {
                 None,
             ));
         }
-        if !published.required_extensions.is_empty() {
-            let declared = declared_extensions(metadata);
-            if let Some(missing) = published
-                .required_extensions
-                .iter()
-                .find(|uri| !declared.contains(*uri))
-            {
-                return Err(A2aError::ExtensionSupportRequired {
-                    uri: missing.clone(),
-                });
-            }
+        if let Some(missing) = published
+            .required_extensions
+            .iter()
+            .find(|uri| !params.extensions.contains(uri))
+        {
+            return Err(A2aError::ExtensionSupportRequired {
+                uri: missing.clone(),
+            });
         }
         Ok(Some(published))
     }
@@ -578,16 +631,15 @@ fn truncate_to_seconds(t: SystemTime) -> SystemTime {
 /// reads an empty value as 0.3, but a 0.3 client cannot reach this service
 /// at all (`lf.a2a.v1` exists only from 1.0), so a request that arrives
 /// here speaks 1.0.
-fn check_version(metadata: &MetadataMap) -> Result<(), A2aError> {
-    let Some(value) = metadata.get(VERSION_METADATA) else {
+fn check_version(requested: Option<&str>) -> Result<(), A2aError> {
+    let Some(requested) = requested else {
         return Ok(());
     };
-    let requested = value.to_str().unwrap_or("");
     if requested.is_empty() || is_v1_0(requested) {
         return Ok(());
     }
     Err(A2aError::VersionNotSupported {
-        requested: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+        requested: requested.to_owned(),
     })
 }
 
@@ -606,52 +658,31 @@ fn is_v1_0(version: &str) -> bool {
     }
 }
 
-/// Every extension URI the request declares: the metadata may repeat, and
-/// each value is a comma-separated list (spec §3.2.6).
-fn declared_extensions(metadata: &MetadataMap) -> HashSet<String> {
-    metadata
-        .get_all(EXTENSIONS_METADATA)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|uri| !uri.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn with_version(v: &str) -> MetadataMap {
-        let mut m = MetadataMap::new();
-        m.insert(VERSION_METADATA, v.parse().unwrap());
-        m
-    }
-
     #[test]
     fn version_rules() {
-        assert!(check_version(&MetadataMap::new()).is_ok());
+        assert!(check_version(None).is_ok());
         for ok in ["1.0", "1.0.0", "1.0.7", "1.0.12", ""] {
-            assert!(check_version(&with_version(ok)).is_ok(), "{ok:?}");
+            assert!(check_version(Some(ok)).is_ok(), "{ok:?}");
         }
         for bad in [
             "0.3", "1.1", "2.0", "1", "1.0.x", "one", "1.0.0.0", " 1.0", "1.0 ", "01.0", "1.00",
             "1.0.", "1.0.01", "1.0.+1", "1.0.-1",
         ] {
-            let err = check_version(&with_version(bad)).unwrap_err();
+            let err = check_version(Some(bad)).unwrap_err();
             assert_eq!(err.reason(), "VERSION_NOT_SUPPORTED", "{bad:?}");
         }
     }
 
     #[test]
     fn extensions_are_comma_separated_and_may_repeat() {
-        let mut m = MetadataMap::new();
+        let mut m = http::HeaderMap::new();
         m.append(EXTENSIONS_METADATA, "urn:a, urn:b".parse().unwrap());
-        m.append(EXTENSIONS_METADATA, "urn:c".parse().unwrap());
-        let declared = declared_extensions(&m);
-        assert_eq!(declared.len(), 3);
-        assert!(declared.contains("urn:b") && declared.contains("urn:c"));
+        m.append("A2A-Extensions", "urn:c".parse().unwrap());
+        let declared = ServiceParameters::from_headers(&m).extensions;
+        assert_eq!(declared, ["urn:a", "urn:b", "urn:c"]);
     }
 }

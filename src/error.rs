@@ -1,15 +1,15 @@
-//! A2A errors and their gRPC form.
+//! A2A errors (spec §3.3.2), whatever the binding.
 //!
-//! One home for the mapping of spec §3.3.2 errors to gRPC status codes
-//! (spec §5.4, v1.0.1 table) and to `google.rpc` details (spec §10.6): every
-//! error carries a `google.rpc.ErrorInfo` with domain `a2a-protocol.org`, a
-//! reason in UPPER_SNAKE_CASE without the `Error` suffix and metadata naming
-//! the task; validation errors add a `google.rpc.BadRequest` naming the field.
+//! Each error has what every binding writes of it: a message, the
+//! `google.rpc.ErrorInfo` reason (UPPER_SNAKE_CASE without the `Error`
+//! suffix, spec §10.6, §11.6) and metadata naming the task or the limit,
+//! under domain `a2a-protocol.org`; validation errors name their fields
+//! (`google.rpc.BadRequest`). Each binding maps it to its own wire form
+//! beside its adapter (spec §5.4): `service::grpc` (status codes),
+//! `service::jsonrpc` (error codes), `service::http_json` (HTTP statuses).
 
 use std::collections::HashMap;
-
-use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt};
+use std::time::Duration;
 
 /// The `ErrorInfo.domain` of every error this server returns (spec §10.6).
 pub const ERROR_DOMAIN: &str = "a2a-protocol.org";
@@ -96,6 +96,17 @@ pub enum A2aError {
     /// A server fault.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The caller's deadline passed before the answer (gRPC's
+    /// `grpc-timeout`); what the call started goes on.
+    #[error("the call did not complete within the client's deadline ({deadline:?})")]
+    DeadlineExceeded { deadline: Duration },
+    /// No operation by this name (JSON-RPC method) or at this path
+    /// (HTTP+JSON route).
+    #[error("no A2A operation {method:?} is served here")]
+    MethodNotFound { method: String },
+    /// A request larger than the named limit, refused unread.
+    #[error("a message is larger than the {max_bytes} bytes this server accepts")]
+    TooLarge { max_bytes: usize },
 }
 
 fn describe(violations: &[FieldViolation]) -> String {
@@ -122,27 +133,6 @@ impl A2aError {
         }
     }
 
-    /// The gRPC status code of spec §5.4.
-    pub fn code(&self) -> Code {
-        match self {
-            A2aError::TaskNotFound { .. } | A2aError::PushConfigNotFound { .. } => Code::NotFound,
-            A2aError::TaskNotCancelable { .. }
-            | A2aError::UnsupportedOperation { .. }
-            | A2aError::PushNotificationNotSupported
-            | A2aError::ExtendedAgentCardNotConfigured
-            | A2aError::ExtensionSupportRequired { .. }
-            | A2aError::VersionNotSupported { .. } => Code::FailedPrecondition,
-            A2aError::InvalidArgument(_) | A2aError::ContentTypeNotSupported { .. } => {
-                Code::InvalidArgument
-            }
-            A2aError::ResourceExhausted { .. } => Code::ResourceExhausted,
-            A2aError::InvalidAgentResponse(_) | A2aError::Internal(_) => Code::Internal,
-            A2aError::Unavailable(_) => Code::Unavailable,
-            A2aError::Unauthenticated(_) => Code::Unauthenticated,
-            A2aError::PermissionDenied { .. } => Code::PermissionDenied,
-        }
-    }
-
     /// The `ErrorInfo.reason` (spec §10.6).
     pub fn reason(&self) -> &'static str {
         match self {
@@ -161,10 +151,26 @@ impl A2aError {
             A2aError::Unauthenticated(_) => "UNAUTHENTICATED",
             A2aError::PermissionDenied { .. } => "PERMISSION_DENIED",
             A2aError::Internal(_) => "INTERNAL",
+            A2aError::DeadlineExceeded { .. } => "DEADLINE_EXCEEDED",
+            A2aError::TooLarge { .. } => "OUT_OF_RANGE",
+            A2aError::MethodNotFound { .. } => "METHOD_NOT_FOUND",
         }
     }
 
-    fn metadata(&self) -> HashMap<String, String> {
+    /// The fields a validation error names (`google.rpc.BadRequest`).
+    pub fn field_violations(&self) -> Vec<FieldViolation> {
+        match self {
+            A2aError::InvalidArgument(violations) => violations.clone(),
+            A2aError::ContentTypeNotSupported { field, .. } => vec![FieldViolation {
+                field: field.clone(),
+                description: self.to_string(),
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The `ErrorInfo.metadata`: the task, and what else names the cause.
+    pub fn metadata(&self) -> HashMap<String, String> {
         let task_id = match self {
             A2aError::TaskNotFound { task_id }
             | A2aError::TaskNotCancelable { task_id, .. }
@@ -206,94 +212,17 @@ impl A2aError {
                 metadata.insert("requested_version".to_owned(), requested.clone());
                 metadata.insert("supported_versions".to_owned(), "1.0".to_owned());
             }
+            A2aError::DeadlineExceeded { deadline } => {
+                metadata.insert("timeout_ms".to_owned(), deadline.as_millis().to_string());
+            }
+            A2aError::MethodNotFound { method } => {
+                metadata.insert("method".to_owned(), method.clone());
+            }
+            A2aError::TooLarge { max_bytes } => {
+                metadata.insert("max_bytes".to_owned(), max_bytes.to_string());
+            }
             _ => {}
         }
         metadata
-    }
-}
-
-impl From<A2aError> for Status {
-    fn from(err: A2aError) -> Status {
-        let mut details = ErrorDetails::with_error_info(err.reason(), ERROR_DOMAIN, err.metadata());
-        match &err {
-            A2aError::InvalidArgument(violations) => {
-                for v in violations {
-                    details.add_bad_request_violation(v.field.clone(), v.description.clone());
-                }
-            }
-            A2aError::ContentTypeNotSupported { field, .. } => {
-                details.add_bad_request_violation(field.clone(), err.to_string());
-            }
-            _ => {}
-        }
-        Status::with_error_details(err.code(), err.to_string(), details)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn info(status: &Status) -> tonic_types::ErrorInfo {
-        status.get_details_error_info().expect("ErrorInfo detail")
-    }
-
-    #[test]
-    fn task_not_found_is_not_found_with_task_id() {
-        let status = Status::from(A2aError::TaskNotFound {
-            task_id: "t-1".into(),
-        });
-        assert_eq!(status.code(), Code::NotFound);
-        let info = info(&status);
-        assert_eq!(info.reason, "TASK_NOT_FOUND");
-        assert_eq!(info.domain, ERROR_DOMAIN);
-        assert_eq!(
-            info.metadata.get("task_id").map(String::as_str),
-            Some("t-1")
-        );
-    }
-
-    /// spec v1.0.1 §5.4: these are FAILED_PRECONDITION.
-    #[test]
-    fn precondition_errors_map_to_failed_precondition() {
-        let cases = [
-            A2aError::TaskNotCancelable {
-                task_id: "t".into(),
-                state: "TASK_STATE_COMPLETED",
-            },
-            A2aError::unsupported("no", Some("t")),
-            A2aError::PushNotificationNotSupported,
-            A2aError::ExtendedAgentCardNotConfigured,
-            A2aError::ExtensionSupportRequired { uri: "u".into() },
-            A2aError::VersionNotSupported {
-                requested: "0.3".into(),
-            },
-        ];
-        let reasons = [
-            "TASK_NOT_CANCELABLE",
-            "UNSUPPORTED_OPERATION",
-            "PUSH_NOTIFICATION_NOT_SUPPORTED",
-            "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
-            "EXTENSION_SUPPORT_REQUIRED",
-            "VERSION_NOT_SUPPORTED",
-        ];
-        for (err, reason) in cases.into_iter().zip(reasons) {
-            let status = Status::from(err);
-            assert_eq!(status.code(), Code::FailedPrecondition);
-            assert_eq!(info(&status).reason, reason);
-        }
-    }
-
-    #[test]
-    fn validation_errors_carry_bad_request() {
-        let status = Status::from(A2aError::invalid(
-            "message.parts",
-            "at least one part is required",
-        ));
-        assert_eq!(status.code(), Code::InvalidArgument);
-        let bad = status.get_details_bad_request().expect("BadRequest detail");
-        assert_eq!(bad.field_violations[0].field, "message.parts");
-        assert_eq!(info(&status).reason, "INVALID_PARAMS");
-        assert!(status.message().contains("message.parts"));
     }
 }

@@ -9,11 +9,14 @@
 use std::sync::LazyLock;
 
 use prost::{Message, Name};
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
+use prost_reflect::{
+    DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions,
+};
 
 use crate::proto::FILE_DESCRIPTOR_SET;
 
-static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
+/// The descriptors of `a2a.proto` and everything it imports.
+pub static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
     DescriptorPool::decode(FILE_DESCRIPTOR_SET).expect("build.rs wrote a valid descriptor set")
 });
 
@@ -69,6 +72,36 @@ pub fn from_str<M: Message + Name + Default>(text: &str) -> Result<M, JsonError>
         .map_err(|e| JsonError(e.to_string()))?;
     de.end().map_err(|e| JsonError(e.to_string()))?;
     M::decode(dynamic.encode_to_vec().as_slice()).map_err(|e| JsonError(e.to_string()))
+}
+
+/// `message` as compact ProtoJSON bytes, appended to `out`.
+pub fn write<M: Message + Name>(message: &M, out: &mut Vec<u8>) -> Result<(), JsonError> {
+    let mut serializer = serde_json::Serializer::new(out);
+    dynamic(message)?
+        .serialize_with_options(&mut serializer, &SerializeOptions::new())
+        .map_err(|e| JsonError(e.to_string()))
+}
+
+/// Reads a request from a client's ProtoJSON: field names camelCase or as
+/// in the proto, enums by name or number, 64-bit integers as numbers or
+/// strings, bytes as base64; unknown fields are ignored (spec §5.7:
+/// implementations SHOULD ignore unrecognized fields).
+pub fn from_request_slice<M: Message + Name + Default>(bytes: &[u8]) -> Result<M, JsonError> {
+    let dynamic = dynamic_from_request(descriptor::<M>()?, bytes)?;
+    M::decode(dynamic.encode_to_vec().as_slice()).map_err(|e| JsonError(e.to_string()))
+}
+
+/// [`from_request_slice`] into a message of the given descriptor.
+pub fn dynamic_from_request(
+    descriptor: MessageDescriptor,
+    bytes: &[u8],
+) -> Result<DynamicMessage, JsonError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let options = DeserializeOptions::new().deny_unknown_fields(false);
+    let dynamic = DynamicMessage::deserialize_with_options(descriptor, &mut de, &options)
+        .map_err(|e| JsonError(e.to_string()))?;
+    de.end().map_err(|e| JsonError(e.to_string()))?;
+    Ok(dynamic)
 }
 
 #[cfg(test)]

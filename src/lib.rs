@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod bindings;
 pub mod connections;
 pub mod content;
 pub mod discovery;

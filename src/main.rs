@@ -14,12 +14,12 @@ use tonic::transport::Channel;
 mod cli;
 
 use a2a_lifecycle::agent::demo::{DefaultAgent, Deployer, demo_router_with};
+use a2a_lifecycle::bindings::{Binding, BindingSet};
 use a2a_lifecycle::connections;
 use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::json;
 use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
 use a2a_lifecycle::metrics::Metrics;
-use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
     AuthenticationInfo, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
@@ -29,6 +29,7 @@ use a2a_lifecycle::proto::{
 use a2a_lifecycle::runtime::RuntimeConfig;
 use a2a_lifecycle::server::{ServerParts, serve, shutdown_signal};
 use a2a_lifecycle::store::{MemoryStore, SqliteStore, TaskStore};
+use futures_util::StreamExt;
 
 /// mimalloc: a request allocates many small objects (strings and vectors of
 /// the proto types), and glibc's malloc spent about a fifth of the
@@ -84,6 +85,10 @@ struct ConnectionArgs {
     /// closed with GOAWAY).
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     idle_timeout: Duration,
+    /// How long a JSON binding's event stream may go without an event
+    /// before a keep-alive comment line is sent.
+    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    sse_keepalive: Duration,
 }
 
 impl ConnectionArgs {
@@ -96,6 +101,7 @@ impl ConnectionArgs {
             keepalive_timeout: self.keepalive_timeout,
             shutdown_grace: self.shutdown_grace,
             idle_timeout: self.idle_timeout,
+            sse_keepalive: self.sse_keepalive,
         }
     }
 }
@@ -184,6 +190,15 @@ enum Command {
         /// file, served by GetExtendedAgentCard and declared on the card.
         #[arg(long)]
         extended_card: Option<std::path::PathBuf>,
+        /// The protocol bindings served on the port, comma-separated:
+        /// `grpc`, `jsonrpc` (JSON-RPC 2.0 at `/`), `http-json` (the REST
+        /// routes). The cards list exactly these.
+        #[arg(long, default_value = "grpc,jsonrpc,http-json", value_parser = BindingSet::parse)]
+        bindings: BindingSet,
+        /// A browser origin (`https://console.example.com`) allowed to call
+        /// the JSON bindings (CORS); repeatable. None by default.
+        #[arg(long = "cors-origin", value_name = "ORIGIN")]
+        cors_origins: Vec<String>,
         /// Principals and JWT issuer (TOML; README, Security): every A2A
         /// call must then authenticate with `authorization: Bearer ...`.
         #[arg(long)]
@@ -286,6 +301,16 @@ enum Command {
         metadata: Option<prost_types::Struct>,
         id: String,
     },
+    /// Print the agent card: the public one (`GET
+    /// /.well-known/agent-card.json`, or the tenant's), or with
+    /// `--extended` the extended one (GetExtendedAgentCard, over
+    /// `--binding`, authenticated).
+    Card {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        extended: bool,
+    },
     /// Stream a task's events.
     Subscribe {
         #[command(flatten)]
@@ -383,6 +408,10 @@ enum PushCommand {
 struct Target {
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     server: String,
+    /// The protocol binding to call the server over: grpc, jsonrpc
+    /// (JSON-RPC 2.0, spec §9) or http-json (spec §11).
+    #[arg(long, default_value = "grpc", value_parser = parse_binding)]
+    binding: Binding,
     /// The agent: "" (the default agent), test-runner, code-reviewer,
     /// deployer, conformance.
     #[arg(long, default_value = "")]
@@ -404,11 +433,11 @@ struct Target {
     client_key: Option<std::path::PathBuf>,
 }
 
-type BearerValue = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
+pub(crate) type BearerValue = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
 
 /// Adds the client's bearer token to every call.
 #[derive(Clone)]
-struct Bearer(Option<BearerValue>);
+pub(crate) struct Bearer(pub(crate) Option<BearerValue>);
 
 impl tonic::service::Interceptor for Bearer {
     fn call(
@@ -423,8 +452,6 @@ impl tonic::service::Interceptor for Bearer {
         Ok(request)
     }
 }
-
-type Client = A2aServiceClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
 
 impl Target {
     /// A connection to the server (over TLS for `https://`), and the
@@ -459,9 +486,9 @@ impl Target {
         Ok((endpoint.connect().await?, bearer))
     }
 
-    async fn client(&self) -> Result<Client, Box<dyn std::error::Error>> {
+    async fn client(&self) -> Result<cli::client::Client, Box<dyn std::error::Error>> {
         let (channel, bearer) = self.channel().await?;
-        Ok(A2aServiceClient::with_interceptor(channel, Bearer(bearer)))
+        cli::client::Client::new(self.binding, channel, bearer)
     }
 }
 
@@ -475,6 +502,13 @@ fn main() -> std::process::ExitCode {
         .and_then(|runtime| runtime.block_on(run()));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // `a2a-lifecycle ... | head`: the reader has what it wanted.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE
@@ -499,6 +533,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             deployer_approval_delay,
             public_url,
             extended_card,
+            bindings,
+            cors_origins,
             auth,
             insecure_open,
             tls_cert,
@@ -587,6 +623,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     security: None,
                     // Declared from `push` when the server starts.
                     push: false,
+                    bindings,
+                    // Set from `tls` when the server starts.
+                    tls: false,
+                    cors_origins,
                 },
                 connections: connections.limits(),
                 auth,
@@ -644,12 +684,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 metadata,
             };
             if stream {
-                let mut events = client.send_streaming_message(request).await?.into_inner();
-                while let Some(event) = events.message().await? {
-                    print_line(&event)?;
+                let mut events = client.send_streaming_message(request).await?;
+                while let Some(event) = events.next().await {
+                    print_line(&event?)?;
                 }
             } else {
-                print_pretty(&client.send_message(request).await?.into_inner())?;
+                print_pretty(&client.send_message(request).await?)?;
             }
         }
         Command::Get {
@@ -666,7 +706,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     history_length,
                 })
                 .await?;
-            print_pretty(&task.into_inner())?;
+            print_pretty(&task)?;
         }
         Command::List {
             target,
@@ -691,7 +731,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     ..Default::default()
                 })
                 .await?;
-            print_pretty(&page.into_inner())?;
+            print_pretty(&page)?;
         }
         Command::Cancel {
             target,
@@ -707,7 +747,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     metadata,
                 })
                 .await?;
-            print_pretty(&task.into_inner())?;
+            print_pretty(&task)?;
         }
         Command::Subscribe { target, id } => {
             let mut events = target
@@ -717,11 +757,25 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     tenant: target.tenant.clone(),
                     id,
                 })
-                .await?
-                .into_inner();
-            while let Some(event) = events.message().await? {
-                print_line(&event)?;
+                .await?;
+            while let Some(event) = events.next().await {
+                print_line(&event?)?;
             }
+        }
+        Command::Card { target, extended } => {
+            let card = if extended {
+                target
+                    .client()
+                    .await?
+                    .get_extended_agent_card(a2a_lifecycle::proto::GetExtendedAgentCardRequest {
+                        tenant: target.tenant.clone(),
+                    })
+                    .await?
+            } else {
+                let (channel, _) = target.channel().await?;
+                cli::client::public_card(channel, &target.tenant).await?
+            };
+            print_pretty(&card)?;
         }
         Command::Top {
             target,
@@ -768,12 +822,8 @@ async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Er
                     }
                 }),
             };
-            let created = target
-                .client()
-                .await?
-                .create_task_push_notification_config(config)
-                .await?;
-            print_pretty(&created.into_inner())?;
+            let created = target.client().await?.create_push_config(config).await?;
+            print_pretty(&created)?;
         }
         PushCommand::Get {
             target,
@@ -783,13 +833,13 @@ async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Er
             let config = target
                 .client()
                 .await?
-                .get_task_push_notification_config(GetTaskPushNotificationConfigRequest {
+                .get_push_config(GetTaskPushNotificationConfigRequest {
                     tenant: target.tenant.clone(),
                     task_id,
                     id,
                 })
                 .await?;
-            print_pretty(&config.into_inner())?;
+            print_pretty(&config)?;
         }
         PushCommand::List {
             target,
@@ -800,14 +850,14 @@ async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Er
             let page = target
                 .client()
                 .await?
-                .list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest {
+                .list_push_configs(ListTaskPushNotificationConfigsRequest {
                     tenant: target.tenant.clone(),
                     task_id,
                     page_size: page_size.unwrap_or_default(),
                     page_token: page_token.unwrap_or_default(),
                 })
                 .await?;
-            print_pretty(&page.into_inner())?;
+            print_pretty(&page)?;
         }
         PushCommand::Delete {
             target,
@@ -817,7 +867,7 @@ async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Er
             target
                 .client()
                 .await?
-                .delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest {
+                .delete_push_config(DeleteTaskPushNotificationConfigRequest {
                     tenant: target.tenant.clone(),
                     task_id,
                     id,
@@ -856,16 +906,35 @@ async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Er
 }
 
 /// A response as indented ProtoJSON (spec §5.5).
-fn print_pretty<M: prost::Message + prost::Name>(message: &M) -> Result<(), json::JsonError> {
-    println!("{}", json::to_string_pretty(message)?);
-    Ok(())
+fn print_pretty<M: prost::Message + prost::Name>(
+    message: &M,
+) -> Result<(), Box<dyn std::error::Error>> {
+    write_out(&json::to_string_pretty(message)?)
 }
 
 /// A stream event as one line of ProtoJSON (JSON Lines, for `jq` and
 /// scripts).
-fn print_line<M: prost::Message + prost::Name>(message: &M) -> Result<(), json::JsonError> {
-    println!("{}", json::to_string(message)?);
+fn print_line<M: prost::Message + prost::Name>(
+    message: &M,
+) -> Result<(), Box<dyn std::error::Error>> {
+    write_out(&json::to_string(message)?)
+}
+
+/// One line on stdout. A reader that went away (`| head`) is an
+/// `io::Error` of kind `BrokenPipe`, which `main` ends on quietly (where
+/// `println!` panics).
+fn write_out(line: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
     Ok(())
+}
+
+/// `--binding`: a binding's name (`grpc`, `jsonrpc`, `http-json`).
+fn parse_binding(name: &str) -> Result<Binding, String> {
+    Binding::parse(name)
+        .ok_or_else(|| format!("{name:?}: the bindings are grpc, jsonrpc, http-json"))
 }
 
 async fn open_store(spec: &str, lease: Duration) -> Result<Arc<dyn TaskStore>, AnyError> {

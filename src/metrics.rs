@@ -21,6 +21,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::bindings::Binding;
+
 /// The content type of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -44,6 +46,16 @@ const METHODS: &[&str] = &[
     "DeleteTaskPushNotificationConfig",
     "GetExtendedAgentCard",
 ];
+
+/// The method label of an A2A operation's name (JSON-RPC method, or the
+/// operation an HTTP+JSON route names): `other` when it is none.
+pub fn operation_label(name: &str) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == name)
+        .copied()
+        .unwrap_or("other")
+}
 
 /// The method label of a gRPC request path (`/lf.a2a.v1.A2AService/GetTask`
 /// is `GetTask`; the health and reflection services are named by their
@@ -94,12 +106,14 @@ pub fn code_label(code: tonic::Code) -> &'static str {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabels {
+    binding: &'static str,
     method: &'static str,
     code: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabels {
+    binding: &'static str,
     method: &'static str,
 }
 
@@ -133,17 +147,26 @@ pub struct RpcMetrics {
 }
 
 impl RpcMetrics {
-    /// One RPC to `method` ([`method_label`]) ended with `code` after
-    /// `elapsed`.
-    pub fn record(&self, method: &'static str, code: tonic::Code, elapsed: Duration) {
+    /// One call of `method` ([`method_label`]) over `binding` ended with
+    /// `code` (a JSON binding's error by its gRPC code, so one label set
+    /// serves every binding) after `elapsed`.
+    pub fn record(
+        &self,
+        binding: crate::bindings::Binding,
+        method: &'static str,
+        code: tonic::Code,
+        elapsed: Duration,
+    ) {
+        let binding = binding.name();
         self.requests
             .get_or_create(&RpcLabels {
+                binding,
                 method,
                 code: code_label(code),
             })
             .inc();
         self.duration
-            .get_or_create(&MethodLabels { method })
+            .get_or_create(&MethodLabels { binding, method })
             .observe(elapsed.as_secs_f64());
     }
 }
@@ -390,7 +413,7 @@ impl Metrics {
         };
         registry.register(
             "rpc_requests",
-            "RPCs answered, by method and gRPC status code",
+            "RPCs answered, by binding (grpc, jsonrpc, http-json), method and gRPC status code",
             rpc.requests.clone(),
         );
         registry.register(
@@ -568,7 +591,7 @@ where
         Box::pin(async move {
             let response = answer.await?;
             if let Some(code) = grpc_status(response.headers()) {
-                rpc.record(method, code, start.elapsed());
+                rpc.record(Binding::Grpc, method, code, start.elapsed());
                 return Ok(response);
             }
             Ok(response.map(|body| {
@@ -607,7 +630,7 @@ struct ObservedBody {
 impl ObservedBody {
     fn record(&mut self, code: tonic::Code) {
         if let Some((rpc, method, start)) = self.ended.take() {
-            rpc.record(method, code, start.elapsed());
+            rpc.record(Binding::Grpc, method, code, start.elapsed());
         }
     }
 }

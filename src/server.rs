@@ -24,7 +24,8 @@ use crate::operations::{Health, Operations, http_router, serve_operations};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::a2a_service_server::A2aServiceServer;
 use crate::runtime::{RuntimeConfig, TaskManager};
-use crate::service::A2aGrpc;
+use crate::service::web::HttpBindings;
+use crate::service::{A2aApi, A2aGrpc, Binding};
 use crate::store::TaskStore;
 
 pub use crate::connections::UnvectoredTcp;
@@ -192,6 +193,7 @@ pub async fn serve_manager_tls(
     } = security;
     let mut discovery = discovery;
     discovery.push = push.is_some();
+    discovery.tls = tls.is_some();
     let client_certs = tls
         .as_ref()
         .map_or(ClientCerts::None, |tls| tls.client_certs());
@@ -242,10 +244,10 @@ pub async fn serve_manager_tls(
         ));
     }
     let auth_for_metrics = auth.clone();
-    let a2a = A2aGrpc::new(manager.clone(), cards.clone())
+    let api = A2aApi::new(manager.clone(), cards.clone())
         .with_auth(auth)
         .with_push(egress);
-    let a2a = A2aServiceServer::new(a2a)
+    let a2a = A2aServiceServer::new(A2aGrpc::new(api.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
@@ -296,17 +298,30 @@ pub async fn serve_manager_tls(
             serve_operations(listener, routes, &limits, done.cancelled_owned()).await
         })
     });
-    let http = cards
+    let served = discovery.bindings;
+    let mut http = cards
         .router()
         .merge(http_router(health, metrics.as_ref(), auth_for_metrics));
-    let routes = Routes::from(http)
+    let json_bindings: Vec<Binding> = served.iter().filter(|b| *b != Binding::Grpc).collect();
+    if !json_bindings.is_empty() {
+        let bindings = Arc::new(HttpBindings::new(api, &json_bindings, limits.sse_keepalive));
+        http = http.merge(bindings.router());
+    }
+    let http = crate::service::web::cors(http, &discovery.cors_origins);
+    let mut grpc = Routes::default()
         .add_service(health_service)
         .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(a2a);
-    let service = tower::ServiceBuilder::new()
-        .map_response(transport_error_info)
-        .service(routes);
+        .add_service(reflection_v1alpha);
+    if served.contains(Binding::Grpc) {
+        grpc = grpc.add_service(a2a);
+    }
+    let grpc = tower::ServiceBuilder::new()
+        .map_response(crate::service::grpc::transport_error_info)
+        .service(grpc);
+    let service = ByContentType {
+        grpc,
+        http: Routes::from(http),
+    };
     // Each call in its span (inside), counted with its whole time (outside).
     let service = crate::telemetry::Traced::new(service);
     let service = crate::metrics::Observed::new(service, metrics.map(|m| m.rpc.clone()));
@@ -323,36 +338,47 @@ pub async fn serve_manager_tls(
     Ok(())
 }
 
-/// Errors tonic answers itself before a handler runs carry no details; the
-/// one a client can cause, a request over [`MAX_MESSAGE_BYTES`]
-/// (OUT_OF_RANGE), gets the `google.rpc.ErrorInfo` every error of this
-/// server carries (spec §10.6), naming the limit. Only trailers-only
-/// answers (status in the headers) are looked at: a handler's own errors
-/// already have their details.
-fn transport_error_info(
-    response: tonic::codegen::http::Response<tonic::body::Body>,
-) -> tonic::codegen::http::Response<tonic::body::Body> {
-    let headers = response.headers();
-    let out_of_range = headers
-        .get("grpc-status")
-        .is_some_and(|v| v.as_bytes() == b"11");
-    if !out_of_range || headers.contains_key("grpc-status-details-bin") {
-        return response;
+/// One port for every binding: gRPC calls (by their content type,
+/// `application/grpc...`) go to the gRPC services, whatever their path;
+/// everything else (the JSON bindings, cards, probes, `/metrics`) to the
+/// HTTP routes.
+#[derive(Clone)]
+struct ByContentType<G, H> {
+    grpc: G,
+    http: H,
+}
+
+impl<G, H, B> tower::Service<http::Request<B>> for ByContentType<G, H>
+where
+    G: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    H: tower::Service<
+            http::Request<B>,
+            Response = http::Response<tonic::body::Body>,
+            Error = G::Error,
+        >,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = G::Error;
+    type Future = futures_util::future::Either<G::Future, H::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // Both are always ready (routers); each is asked when called.
+        match self.grpc.poll_ready(cx) {
+            std::task::Poll::Ready(Ok(())) => self.http.poll_ready(cx),
+            other => other,
+        }
     }
-    let mut metadata = std::collections::HashMap::new();
-    metadata.insert("max_bytes".to_owned(), MAX_MESSAGE_BYTES.to_string());
-    let details = tonic_types::ErrorDetails::with_error_info(
-        "OUT_OF_RANGE",
-        crate::error::ERROR_DOMAIN,
-        metadata,
-    );
-    use tonic_types::StatusExt;
-    tonic::Status::with_error_details(
-        tonic::Code::OutOfRange,
-        format!("a message is larger than the {MAX_MESSAGE_BYTES} bytes this server accepts"),
-        details,
-    )
-    .into_http()
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if crate::metrics::is_grpc(request.headers()) {
+            futures_util::future::Either::Left(self.grpc.call(request))
+        } else {
+            futures_util::future::Either::Right(self.http.call(request))
+        }
+    }
 }
 
 /// The runtime the server binary runs on: tokio's multi-thread runtime

@@ -2,7 +2,8 @@
 //! W3C Trace Context §3.2), a span per RPC that it is the parent of, and
 //! the trace a run carries on to its task's webhooks.
 //!
-//! Every gRPC call runs in an `rpc` span (fields: `method`, and as the
+//! Every call, whatever its binding, runs in an `rpc` span (fields:
+//! `method`, `binding`, and as the
 //! handler learns them `tenant`, `task_id`, `context_id`, `agent`; with a
 //! `traceparent`, `trace_id` and `parent_id`); every agent run in a `run`
 //! span, a child of the RPC span that started it (`tenant`, `task_id`,
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tracing::Span;
 use tracing::instrument::{Instrument, Instrumented};
 
-/// The gRPC metadata key (an HTTP/2 header) of the W3C trace context.
+/// The gRPC metadata key and HTTP header of the W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
 
 /// Whether spans are exported ([`init`] installed an exporter): only then
@@ -163,35 +164,52 @@ where
         if !crate::metrics::is_grpc(request.headers()) {
             return self.inner.call(request).instrument(Span::none());
         }
-        // Field values are worked out only when the span is enabled: with
-        // the default text lines the method is not looked up here at all.
-        let method = || crate::metrics::method_label(request.uri().path());
         let parent = request
             .headers()
             .get(TRACEPARENT)
             .and_then(|v| v.to_str().ok())
             .and_then(TraceParent::parse);
-        let span = tracing::info_span!(
-            "rpc",
-            method = method(),
-            tenant = tracing::field::Empty,
-            task_id = tracing::field::Empty,
-            context_id = tracing::field::Empty,
-            agent = tracing::field::Empty,
-            trace_id = parent.as_ref().map(|p| tracing::field::display(p.trace())),
-            parent_id = parent.as_ref().map(|p| tracing::field::display(p.parent())),
-            otel.name = tracing::field::Empty,
-            otel.kind = tracing::field::Empty,
+        let path = request.uri().path();
+        // The method is looked up only when the span is enabled: with the
+        // default text lines not at all.
+        let span = rpc_span(
+            || crate::metrics::method_label(path),
+            "grpc",
+            parent.as_ref(),
         );
-        if EXPORTING.load(Ordering::Relaxed) {
-            otel::adopt(&span, parent.as_ref(), method());
-        }
         if let Some(parent) = parent {
             request.extensions_mut().insert(parent);
         }
         let answer = span.in_scope(|| self.inner.call(request));
         answer.instrument(span)
     }
+}
+
+/// The `rpc` span of one call of `method` over `binding`, the caller's
+/// `traceparent` its parent. Field values are worked out only when the
+/// span is enabled.
+pub fn rpc_span(
+    method: impl Fn() -> &'static str,
+    binding: &'static str,
+    parent: Option<&TraceParent>,
+) -> Span {
+    let span = tracing::info_span!(
+        "rpc",
+        method = method(),
+        binding,
+        tenant = tracing::field::Empty,
+        task_id = tracing::field::Empty,
+        context_id = tracing::field::Empty,
+        agent = tracing::field::Empty,
+        trace_id = parent.map(|p| tracing::field::display(p.trace())),
+        parent_id = parent.map(|p| tracing::field::display(p.parent())),
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+    );
+    if EXPORTING.load(Ordering::Relaxed) {
+        otel::adopt(&span, parent, method());
+    }
+    span
 }
 
 /// Records what the handler learned of the call in its `rpc` span (empty

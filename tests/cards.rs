@@ -104,8 +104,14 @@ async fn every_tenant_has_its_own_card_naming_its_tenant() {
         assert_eq!(response.status, 200, "{path}: {}", response.body);
         let card = decode_card(&response.body);
         assert_eq!(card.name, tenant);
-        assert_eq!(card.supported_interfaces.len(), 1);
-        assert_eq!(card.supported_interfaces[0].tenant, tenant);
+        // One interface per binding served, each naming the tenant.
+        let bindings: Vec<&str> = card
+            .supported_interfaces
+            .iter()
+            .map(|i| i.protocol_binding.as_str())
+            .collect();
+        assert_eq!(bindings, ["GRPC", "JSONRPC", "HTTP+JSON"]);
+        assert!(card.supported_interfaces.iter().all(|i| i.tenant == tenant));
         assert!(!card.skills.is_empty(), "{tenant}");
     }
     let missing = http_get(server.addr, "/nobody/.well-known/agent-card.json", &[]).await;
@@ -172,6 +178,15 @@ async fn the_public_url_is_what_the_cards_advertise() {
     let response = http_get(server.addr, "/deployer/.well-known/agent-card.json", &[]).await;
     let card = decode_card(&response.body);
     assert_eq!(card.supported_interfaces[0].url, "agents.example.com:443");
+    // The JSON bindings' URLs are HTTP URLs; port 443 is HTTPS.
+    assert_eq!(
+        card.supported_interfaces[1].url,
+        "https://agents.example.com:443"
+    );
+    assert_eq!(
+        card.supported_interfaces[2].url,
+        "https://agents.example.com:443"
+    );
     server.stop().await;
 }
 

@@ -419,3 +419,121 @@ fn top_shows_the_servers_metrics() {
         }
     }
 }
+
+/// `--binding`: every client command works over each binding, and prints
+/// the same ProtoJSON.
+#[test]
+fn client_commands_over_every_binding() {
+    let (child, server) = start_server();
+    let _child = KillOnDrop(child);
+    for binding in ["grpc", "jsonrpc", "http-json"] {
+        let with = |args: &[&str]| {
+            let mut all = args.to_vec();
+            all.extend(["--binding", binding]);
+            client(&server, &all)
+        };
+        let out: Value = serde_json::from_str(&with(&["send", "run the tests"])).unwrap();
+        assert_eq!(
+            out["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{binding}: {out}"
+        );
+        let id = out["task"]["id"].as_str().unwrap().to_owned();
+        let got: Value = serde_json::from_str(&with(&["get", &id])).unwrap();
+        assert_eq!(got, out["task"], "{binding}");
+        let listed: Value = serde_json::from_str(&with(&[
+            "list",
+            "--state",
+            "completed",
+            "--page-size",
+            "100",
+        ]))
+        .unwrap();
+        assert!(
+            listed["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["id"] == id.as_str()),
+            "{binding}: {listed}"
+        );
+        let streamed = with(&["send", "--stream", "--tenant", "code-reviewer", "review"]);
+        let last: Value = serde_json::from_str(streamed.lines().last().unwrap()).unwrap();
+        assert_eq!(
+            last["statusUpdate"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{binding}"
+        );
+        let slow: Value =
+            serde_json::from_str(&with(&["send", "--return-immediately", "slow"])).unwrap();
+        let slow_id = slow["task"]["id"].as_str().unwrap().to_owned();
+        let canceled: Value = serde_json::from_str(&with(&["cancel", &slow_id])).unwrap();
+        assert_eq!(
+            canceled["status"]["state"], "TASK_STATE_CANCELED",
+            "{binding}"
+        );
+        let card: Value = serde_json::from_str(&with(&["card", "--tenant", "deployer"])).unwrap();
+        assert_eq!(card["name"], "deployer", "{binding}");
+    }
+}
+
+/// A failed call prints the code's name, the ErrorInfo reason and the
+/// message, the same over every binding, and exits non-zero.
+#[test]
+fn errors_print_the_code_reason_and_message_on_every_binding() {
+    let (child, server) = start_server();
+    let _child = KillOnDrop(child);
+    for binding in ["grpc", "jsonrpc", "http-json"] {
+        let out = Command::new(BIN)
+            .args([
+                "get",
+                "no-such-task",
+                "--binding",
+                binding,
+                "--server",
+                &server,
+            ])
+            .output()
+            .expect("run client");
+        assert!(!out.status.success(), "{binding}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.trim(),
+            "error: NOT_FOUND TASK_NOT_FOUND: task \"no-such-task\" not found",
+            "{binding}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["get", "x", "--binding", "soap", "--server", &server])
+        .output()
+        .expect("run client");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("grpc, jsonrpc, http-json"));
+}
+
+/// `send ... | head`: a reader that goes away ends the command quietly,
+/// without a panic.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let (child, server) = start_server();
+    let _child = KillOnDrop(child);
+    let mut command = Command::new(BIN)
+        .args(["send", "--stream", "run the tests", "--server", &server])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run client");
+    // Read nothing: close the pipe at once, as `head -0` would.
+    drop(command.stdout.take());
+    let status = command.wait().expect("the client ends");
+    let mut stderr = String::new();
+    command
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.trim().is_empty(), "{stderr}");
+    assert!(status.success(), "{status:?}: {stderr}");
+}

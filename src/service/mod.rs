@@ -1,33 +1,47 @@
-//! The tonic `A2AService`: check the protocol rules the cards set (version,
-//! extensions, capabilities: [`Cards::check`]), decode and validate a
-//! request, hand it to the [`TaskManager`], map the result and errors to
-//! gRPC.
+//! The A2A operations, once, for every protocol binding (spec §5.1:
+//! identical functionality, consistent behaviour, the same errors and
+//! authentication on every binding).
 //!
-//! One file per concern: [`validate`] (input rules and limits),
-//! [`send`] (SendMessage, SendStreamingMessage), [`tasks`] (GetTask,
-//! ListTasks, CancelTask, SubscribeToTask), [`unsupported`] (push config
-//! RPCs this server does not offer). GetExtendedAgentCard is answered from
-//! [`Cards::extended`]. The media types a card accepts are checked on
-//! SendMessage and SendStreamingMessage by the cards ([`crate::content`]),
-//! before anything else is done with the message.
+//! [`A2aApi`] is the seam: a method per operation taking the call's
+//! [`CallContext`] (credentials, client certificate, peer, version,
+//! extensions, trace, deadline) and the proto request, returning the proto
+//! response, an [`EventStream`] of them, or an [`A2aError`]. It checks who
+//! is calling ([`crate::auth`]), the protocol rules the cards set
+//! ([`Cards::check`]), validates the request ([`validate`]) and hands it
+//! to the [`TaskManager`]. The bindings only decode into the proto request
+//! type, call it, and write the answer or the error in their own form:
+//! [`grpc`] (tonic), [`jsonrpc`] (JSON-RPC 2.0, spec §9) and
+//! [`http_json`] (HTTP+JSON, spec §11), with [`sse`] streaming both JSON
+//! bindings' events.
+//!
+//! One file per concern: [`validate`] (input rules and limits), [`send`]
+//! (SendMessage, SendStreamingMessage), [`tasks`] (GetTask, ListTasks,
+//! CancelTask, SubscribeToTask), [`push`] (the push notification config
+//! operations). GetExtendedAgentCard is answered from [`Cards::extended`].
+//! The media types a card accepts are checked on SendMessage and
+//! SendStreamingMessage by the cards ([`crate::content`]), before anything
+//! else is done with the message.
 
+pub mod grpc;
+pub mod http_json;
+pub mod jsonrpc;
 pub mod push;
 pub mod send;
+pub mod sse;
 pub mod tasks;
-pub mod unsupported;
 pub mod validate;
+pub mod web;
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::Stream;
-use tonic::{Request, Response, Status};
 
 use crate::auth::{Authenticator, Principal, Role};
-use crate::connections::ClientCertificate;
-use crate::discovery::Cards;
+use crate::discovery::{Cards, ServiceParameters};
 use crate::error::A2aError;
-use crate::proto::a2a_service_server::A2aService;
 use crate::proto::{
     AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest, GetTaskPushNotificationConfigRequest, GetTaskRequest,
@@ -37,26 +51,68 @@ use crate::proto::{
 };
 use crate::runtime::TaskManager;
 use crate::store::Caller;
+use crate::telemetry::TraceParent;
 
-/// A server stream of A2A events.
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamResponse, Status>> + Send>>;
+pub use crate::bindings::{Binding, BindingSet};
+pub use grpc::A2aGrpc;
 
-/// The A2A gRPC service over a [`TaskManager`].
+/// A stream of A2A events, ending at the first error.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamResponse, A2aError>> + Send>>;
+
+/// What a call says beside its request message, as its binding carried
+/// it: gRPC metadata, or HTTP headers for the JSON bindings (spec §3.2.6,
+/// §9.2, §10.2, §11.2); and what the connection knows of the caller.
+#[derive(Clone, Debug, Default)]
+pub struct CallContext {
+    pub binding: Binding,
+    /// The `authorization` value; `Some("")` for a value that is not
+    /// visible ASCII (no credential).
+    pub authorization: Option<String>,
+    /// The principal a client certificate names, verified during the TLS
+    /// handshake (`--tls-client-ca`).
+    pub client_certificate: Option<String>,
+    pub peer: Option<SocketAddr>,
+    /// `A2A-Version` and `A2A-Extensions`.
+    pub params: ServiceParameters,
+    /// The caller's W3C `traceparent`.
+    pub trace: Option<TraceParent>,
+    /// How long the caller waits for the answer (gRPC's `grpc-timeout`);
+    /// past it the call is DEADLINE_EXCEEDED, and a run it started goes
+    /// on.
+    pub deadline: Option<Duration>,
+}
+
+impl CallContext {
+    /// The context of a call whose service parameters and credentials are
+    /// HTTP headers (gRPC metadata is too).
+    pub fn from_headers(binding: Binding, headers: &http::HeaderMap) -> Self {
+        CallContext {
+            binding,
+            authorization: headers
+                .get(http::header::AUTHORIZATION)
+                .map(|v| v.to_str().unwrap_or("").to_owned()),
+            params: ServiceParameters::from_headers(headers),
+            ..Default::default()
+        }
+    }
+}
+
+/// The A2A operations over a [`TaskManager`], for every binding.
 #[derive(Clone)]
-pub struct A2aGrpc {
+pub struct A2aApi {
     manager: TaskManager,
     cards: Arc<Cards>,
     /// `--auth`: who may call, and which tenants each may use. `None`
     /// serves everyone (loopback only, unless the operator opens it).
     auth: Option<Arc<Authenticator>>,
     /// Push notifications are delivered, webhooks allowed by this policy;
-    /// `None`: the push RPCs answer PUSH_NOTIFICATION_NOT_SUPPORTED.
+    /// `None`: the push operations answer PUSH_NOTIFICATION_NOT_SUPPORTED.
     push: Option<Arc<crate::push::egress::Egress>>,
 }
 
-impl A2aGrpc {
+impl A2aApi {
     pub fn new(manager: TaskManager, cards: Arc<Cards>) -> Self {
-        A2aGrpc {
+        A2aApi {
             manager,
             cards,
             auth: None,
@@ -64,18 +120,11 @@ impl A2aGrpc {
         }
     }
 
-    /// Serves the push notification config RPCs, webhooks allowed by
-    /// `egress` (delivery runs beside: `push::deliver::Dispatcher`).
+    /// Serves the push notification config operations, webhooks allowed
+    /// by `egress` (delivery runs beside: `push::deliver::Dispatcher`).
     pub fn with_push(mut self, egress: Option<Arc<crate::push::egress::Egress>>) -> Self {
         self.push = egress;
         self
-    }
-
-    /// The egress policy, or PUSH_NOTIFICATION_NOT_SUPPORTED.
-    fn push(&self) -> Result<&crate::push::egress::Egress, Status> {
-        self.push
-            .as_deref()
-            .ok_or_else(unsupported::push_not_supported)
     }
 
     /// Requires every request to authenticate with `auth`.
@@ -84,96 +133,303 @@ impl A2aGrpc {
         self
     }
 
+    pub fn manager(&self) -> &TaskManager {
+        &self.manager
+    }
+
+    pub fn cards(&self) -> &Arc<Cards> {
+        &self.cards
+    }
+
+    /// The egress policy, or PUSH_NOTIFICATION_NOT_SUPPORTED (spec
+    /// §3.3.4: the cards declare `capabilities.pushNotifications` false).
+    fn push(&self) -> Result<&crate::push::egress::Egress, A2aError> {
+        self.push
+            .as_deref()
+            .ok_or(A2aError::PushNotificationNotSupported)
+    }
+
     /// Who is calling, before anything else about the request is looked
     /// at, so an unauthenticated caller learns nothing (spec §13.1): not
     /// which tenants exist, not whether a task does. A tenant the principal
     /// may not use is PERMISSION_DENIED whether or not it is served.
     /// Failures are logged with the peer and the reason, never the
     /// credential.
-    async fn authenticate<T: Sync>(
+    async fn authenticate(
         &self,
-        request: &Request<T>,
+        call: &CallContext,
         tenant: &str,
-    ) -> Result<Option<Principal>, Status> {
+    ) -> Result<Option<Principal>, A2aError> {
         let Some(auth) = &self.auth else {
             return Ok(None);
         };
-        // A value that is not visible ASCII is no credential.
-        let value = request
-            .metadata()
-            .get("authorization")
-            .map(|v| v.to_str().unwrap_or(""));
-        // Verified during the TLS handshake (`--tls-client-ca`).
-        let certificate = request
-            .extensions()
-            .get::<ClientCertificate>()
-            .map(|c| c.name.as_str());
-        match auth.authenticate_request(value, certificate) {
+        match auth.authenticate_request(
+            call.authorization.as_deref(),
+            call.client_certificate.as_deref(),
+        ) {
             Ok(principal) if principal.may_use(tenant) => Ok(Some(principal)),
             Ok(principal) => {
-                tracing::warn!(peer = ?request.remote_addr(), principal = %principal.name, tenant, "tenant not permitted");
+                tracing::warn!(peer = ?call.peer, principal = %principal.name, tenant, "tenant not permitted");
                 Err(A2aError::PermissionDenied {
                     principal: principal.name,
                     tenant: tenant.to_owned(),
-                }
-                .into())
+                })
             }
             Err(e) => {
-                let peer = request.remote_addr();
-                tracing::warn!(peer = ?peer, reason = %e, "authentication failed");
+                tracing::warn!(peer = ?call.peer, binding = %call.binding, reason = %e, "authentication failed");
                 if let Some(metrics) = self.manager.metrics() {
                     metrics.auth.failed(e.kind());
                 }
                 // Past a few failures, a peer waits for each answer.
-                if let Some(peer) = peer {
+                if let Some(peer) = call.peer {
                     let delay = auth.failed(peer.ip());
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
                     }
                 }
-                Err(A2aError::Unauthenticated(e.to_string()).into())
+                Err(A2aError::Unauthenticated(e.to_string()))
             }
         }
     }
 
-    /// The caller (see [`A2aGrpc::authenticate`]), then the version,
+    /// The caller (see [`A2aApi::authenticate`]), then the version,
     /// extensions and capability rules (see [`Cards::check`]), before
     /// anything else about the request.
     /// The call's `tenant` and `task_id` are recorded in its span first
     /// ([`crate::telemetry`]).
-    async fn check<T: Sync>(
+    async fn check(
         &self,
-        request: &Request<T>,
+        call: &CallContext,
         tenant: &str,
         task_id: &str,
         streaming: bool,
-    ) -> Result<Caller, Status> {
+    ) -> Result<Caller, A2aError> {
         crate::telemetry::record_call(tenant, task_id, "");
-        let principal = self.authenticate(request, tenant).await?;
-        self.cards.check(request.metadata(), tenant, streaming)?;
+        let principal = self.authenticate(call, tenant).await?;
+        self.cards.check(&call.params, tenant, streaming)?;
         Ok(caller(principal))
     }
 
-    /// [`A2aGrpc::check`] for SendMessage and SendStreamingMessage, plus the
+    /// [`A2aApi::check`] for SendMessage and SendStreamingMessage, plus the
     /// media types of the message's parts ([`Cards::check_send`]).
     async fn check_send(
         &self,
-        request: &Request<SendMessageRequest>,
+        call: &CallContext,
+        send: &SendMessageRequest,
         streaming: bool,
-    ) -> Result<Caller, Status> {
-        let send = request.get_ref();
+    ) -> Result<Caller, A2aError> {
         // The task and context: once the runtime has them.
         crate::telemetry::record_call(&send.tenant, "", "");
-        let principal = self.authenticate(request, &send.tenant).await?;
-        self.cards.check_send(
-            request.metadata(),
-            &send.tenant,
-            streaming,
-            send.message.as_ref(),
-        )?;
+        let principal = self.authenticate(call, &send.tenant).await?;
+        self.cards
+            .check_send(&call.params, &send.tenant, streaming, send.message.as_ref())?;
         Ok(caller(principal))
     }
+
+    /// SendMessage (spec §3.1.1).
+    pub async fn send_message(
+        &self,
+        call: &CallContext,
+        request: SendMessageRequest,
+    ) -> Result<SendMessageResponse, A2aError> {
+        within(call, async {
+            let caller = self.check_send(call, &request, false).await?;
+            let push = self.push.as_deref();
+            send::send_message(&self.manager, &caller, push, call.trace, request).await
+        })
+        .await
+    }
+
+    /// SendStreamingMessage (spec §3.1.2). The deadline covers the call up
+    /// to its first event.
+    pub async fn send_streaming_message(
+        &self,
+        call: &CallContext,
+        request: SendMessageRequest,
+    ) -> Result<EventStream, A2aError> {
+        within(call, async {
+            let caller = self.check_send(call, &request, true).await?;
+            let push = self.push.as_deref();
+            send::send_streaming_message(&self.manager, &caller, push, call.trace, request).await
+        })
+        .await
+    }
+
+    /// GetTask (spec §3.1.3).
+    pub async fn get_task(
+        &self,
+        call: &CallContext,
+        request: GetTaskRequest,
+    ) -> Result<Task, A2aError> {
+        within(call, async {
+            let caller = self
+                .check(call, &request.tenant, &request.id, false)
+                .await?;
+            tasks::get_task(&self.manager, &caller, request).await
+        })
+        .await
+    }
+
+    /// ListTasks (spec §3.1.4).
+    pub async fn list_tasks(
+        &self,
+        call: &CallContext,
+        request: ListTasksRequest,
+    ) -> Result<ListTasksResponse, A2aError> {
+        within(call, async {
+            let caller = self.check(call, &request.tenant, "", false).await?;
+            tasks::list_tasks(&self.manager, &caller, request).await
+        })
+        .await
+    }
+
+    /// CancelTask (spec §3.1.5).
+    pub async fn cancel_task(
+        &self,
+        call: &CallContext,
+        request: CancelTaskRequest,
+    ) -> Result<Task, A2aError> {
+        within(call, async {
+            let caller = self
+                .check(call, &request.tenant, &request.id, false)
+                .await?;
+            tasks::cancel_task(&self.manager, &caller, request).await
+        })
+        .await
+    }
+
+    /// SubscribeToTask (spec §3.1.6).
+    pub async fn subscribe_to_task(
+        &self,
+        call: &CallContext,
+        request: SubscribeToTaskRequest,
+    ) -> Result<EventStream, A2aError> {
+        within(call, async {
+            let caller = self.check(call, &request.tenant, &request.id, true).await?;
+            tasks::subscribe_to_task(&self.manager, &caller, request).await
+        })
+        .await
+    }
+
+    /// CreateTaskPushNotificationConfig (spec §3.1.7).
+    pub async fn create_task_push_notification_config(
+        &self,
+        call: &CallContext,
+        request: TaskPushNotificationConfig,
+    ) -> Result<TaskPushNotificationConfig, A2aError> {
+        within(call, async {
+            let caller = self
+                .check(call, &request.tenant, &request.task_id, false)
+                .await?;
+            push::create(&self.manager, &caller, self.push()?, request).await
+        })
+        .await
+    }
+
+    /// GetTaskPushNotificationConfig (spec §3.1.8).
+    pub async fn get_task_push_notification_config(
+        &self,
+        call: &CallContext,
+        request: GetTaskPushNotificationConfigRequest,
+    ) -> Result<TaskPushNotificationConfig, A2aError> {
+        within(call, async {
+            let caller = self
+                .check(call, &request.tenant, &request.task_id, false)
+                .await?;
+            self.push()?;
+            push::get(&self.manager, &caller, request).await
+        })
+        .await
+    }
+
+    /// ListTaskPushNotificationConfigs (spec §3.1.9).
+    pub async fn list_task_push_notification_configs(
+        &self,
+        call: &CallContext,
+        request: ListTaskPushNotificationConfigsRequest,
+    ) -> Result<ListTaskPushNotificationConfigsResponse, A2aError> {
+        within(call, async {
+            let caller = self
+                .check(call, &request.tenant, &request.task_id, false)
+                .await?;
+            self.push()?;
+            push::list(&self.manager, &caller, request).await
+        })
+        .await
+    }
+
+    /// DeleteTaskPushNotificationConfig (spec §3.1.10).
+    pub async fn delete_task_push_notification_config(
+        &self,
+        call: &CallContext,
+        request: DeleteTaskPushNotificationConfigRequest,
+    ) -> Result<(), A2aError> {
+        within(call, async {
+            let caller = self
+                .check(call, &request.tenant, &request.task_id, false)
+                .await?;
+            self.push()?;
+            push::delete(&self.manager, &caller, request).await
+        })
+        .await
+    }
+
+    /// GetExtendedAgentCard (spec §3.1.11): authenticated like every
+    /// operation (spec §13.3).
+    pub async fn get_extended_agent_card(
+        &self,
+        call: &CallContext,
+        request: GetExtendedAgentCardRequest,
+    ) -> Result<AgentCard, A2aError> {
+        within(call, async {
+            self.check(call, &request.tenant, "", false).await?;
+            self.cards.extended(&request.tenant)
+        })
+        .await
+    }
 }
+
+/// `operation`, or DEADLINE_EXCEEDED once the caller's deadline passes
+/// (dropping it: what it started in the runtime, a run, goes on).
+async fn within<T>(
+    call: &CallContext,
+    operation: impl Future<Output = Result<T, A2aError>>,
+) -> Result<T, A2aError> {
+    match call.deadline {
+        None => operation.await,
+        Some(deadline) => tokio::time::timeout(deadline, operation)
+            .await
+            .unwrap_or(Err(A2aError::DeadlineExceeded { deadline })),
+    }
+}
+
+/// Requests that name the tenant, which a `/{tenant}` endpoint fills in.
+pub(crate) trait Tenanted {
+    fn tenant_mut(&mut self) -> &mut String;
+}
+
+macro_rules! tenanted {
+    ($($t:ty),*) => {$(
+        impl Tenanted for $t {
+            fn tenant_mut(&mut self) -> &mut String {
+                &mut self.tenant
+            }
+        }
+    )*};
+}
+
+tenanted!(
+    crate::proto::SendMessageRequest,
+    crate::proto::GetTaskRequest,
+    crate::proto::ListTasksRequest,
+    crate::proto::CancelTaskRequest,
+    crate::proto::SubscribeToTaskRequest,
+    crate::proto::TaskPushNotificationConfig,
+    crate::proto::GetTaskPushNotificationConfigRequest,
+    crate::proto::ListTaskPushNotificationConfigsRequest,
+    crate::proto::DeleteTaskPushNotificationConfigRequest,
+    crate::proto::GetExtendedAgentCardRequest
+);
 
 /// Whom the runtime acts for (spec §13.1): a `user` sees only the tasks it
 /// created, an `admin` every task of the tenants it may use; without
@@ -185,157 +441,5 @@ fn caller(principal: Option<Principal>) -> Caller {
             own_tasks_only: p.role == Role::User,
             name: p.name,
         },
-    }
-}
-
-#[tonic::async_trait]
-impl A2aService for A2aGrpc {
-    async fn send_message(
-        &self,
-        request: Request<SendMessageRequest>,
-    ) -> Result<Response<SendMessageResponse>, Status> {
-        let caller = self.check_send(&request, false).await?;
-        let push = self.push.as_deref();
-        let trace = request.extensions().get().copied();
-        send::send_message(&self.manager, &caller, push, trace, request.into_inner()).await
-    }
-
-    type SendStreamingMessageStream = EventStream;
-
-    async fn send_streaming_message(
-        &self,
-        request: Request<SendMessageRequest>,
-    ) -> Result<Response<EventStream>, Status> {
-        let caller = self.check_send(&request, true).await?;
-        let push = self.push.as_deref();
-        let trace = request.extensions().get().copied();
-        send::send_streaming_message(&self.manager, &caller, push, trace, request.into_inner())
-            .await
-    }
-
-    async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {
-        let caller = self
-            .check(
-                &request,
-                &request.get_ref().tenant,
-                &request.get_ref().id,
-                false,
-            )
-            .await?;
-        tasks::get_task(&self.manager, &caller, request.into_inner()).await
-    }
-
-    async fn list_tasks(
-        &self,
-        request: Request<ListTasksRequest>,
-    ) -> Result<Response<ListTasksResponse>, Status> {
-        let caller = self
-            .check(&request, &request.get_ref().tenant, "", false)
-            .await?;
-        tasks::list_tasks(&self.manager, &caller, request.into_inner()).await
-    }
-
-    async fn cancel_task(
-        &self,
-        request: Request<CancelTaskRequest>,
-    ) -> Result<Response<Task>, Status> {
-        let caller = self
-            .check(
-                &request,
-                &request.get_ref().tenant,
-                &request.get_ref().id,
-                false,
-            )
-            .await?;
-        tasks::cancel_task(&self.manager, &caller, request.into_inner()).await
-    }
-
-    type SubscribeToTaskStream = EventStream;
-
-    async fn subscribe_to_task(
-        &self,
-        request: Request<SubscribeToTaskRequest>,
-    ) -> Result<Response<EventStream>, Status> {
-        let caller = self
-            .check(
-                &request,
-                &request.get_ref().tenant,
-                &request.get_ref().id,
-                true,
-            )
-            .await?;
-        tasks::subscribe_to_task(&self.manager, &caller, request.into_inner()).await
-    }
-
-    async fn create_task_push_notification_config(
-        &self,
-        request: Request<TaskPushNotificationConfig>,
-    ) -> Result<Response<TaskPushNotificationConfig>, Status> {
-        let caller = self
-            .check(
-                &request,
-                &request.get_ref().tenant,
-                &request.get_ref().task_id,
-                false,
-            )
-            .await?;
-        push::create(&self.manager, &caller, self.push()?, request.into_inner()).await
-    }
-
-    async fn get_task_push_notification_config(
-        &self,
-        request: Request<GetTaskPushNotificationConfigRequest>,
-    ) -> Result<Response<TaskPushNotificationConfig>, Status> {
-        let caller = self
-            .check(
-                &request,
-                &request.get_ref().tenant,
-                &request.get_ref().task_id,
-                false,
-            )
-            .await?;
-        self.push()?;
-        push::get(&self.manager, &caller, request.into_inner()).await
-    }
-
-    async fn list_task_push_notification_configs(
-        &self,
-        request: Request<ListTaskPushNotificationConfigsRequest>,
-    ) -> Result<Response<ListTaskPushNotificationConfigsResponse>, Status> {
-        let caller = self
-            .check(
-                &request,
-                &request.get_ref().tenant,
-                &request.get_ref().task_id,
-                false,
-            )
-            .await?;
-        self.push()?;
-        push::list(&self.manager, &caller, request.into_inner()).await
-    }
-
-    async fn get_extended_agent_card(
-        &self,
-        request: Request<GetExtendedAgentCardRequest>,
-    ) -> Result<Response<AgentCard>, Status> {
-        let tenant = &request.get_ref().tenant;
-        self.check(&request, tenant, "", false).await?;
-        Ok(Response::new(self.cards.extended(tenant)?))
-    }
-
-    async fn delete_task_push_notification_config(
-        &self,
-        request: Request<DeleteTaskPushNotificationConfigRequest>,
-    ) -> Result<Response<()>, Status> {
-        let caller = self
-            .check(
-                &request,
-                &request.get_ref().tenant,
-                &request.get_ref().task_id,
-                false,
-            )
-            .await?;
-        self.push()?;
-        push::delete(&self.manager, &caller, request.into_inner()).await
     }
 }

@@ -3,8 +3,6 @@
 //! egress policy, spec §13.2's SSRF concern), kept with the task by the
 //! runtime, delivered by `push::deliver`.
 
-use tonic::{Response, Status};
-
 use super::validate;
 use crate::error::A2aError;
 use crate::proto::{
@@ -39,25 +37,21 @@ pub async fn create(
     caller: &Caller,
     egress: &Egress,
     config: TaskPushNotificationConfig,
-) -> Result<Response<TaskPushNotificationConfig>, Status> {
+) -> Result<TaskPushNotificationConfig, A2aError> {
     let config = checked(egress, config, true).await?;
     let tenant = config.tenant.clone();
-    Ok(Response::new(
-        manager.set_push_config(&tenant, caller, config).await?,
-    ))
+    manager.set_push_config(&tenant, caller, config).await
 }
 
 pub async fn get(
     manager: &TaskManager,
     caller: &Caller,
     req: GetTaskPushNotificationConfigRequest,
-) -> Result<Response<TaskPushNotificationConfig>, Status> {
+) -> Result<TaskPushNotificationConfig, A2aError> {
     validate::push_config_id(&req.tenant, &req.task_id, &req.id)?;
-    Ok(Response::new(
-        manager
-            .get_push_config(&req.tenant, caller, &req.task_id, &req.id)
-            .await?,
-    ))
+    manager
+        .get_push_config(&req.tenant, caller, &req.task_id, &req.id)
+        .await
 }
 
 /// Configs are few per task (`lifecycle::MAX_PUSH_CONFIGS`); a page is
@@ -66,11 +60,11 @@ pub async fn list(
     manager: &TaskManager,
     caller: &Caller,
     req: ListTaskPushNotificationConfigsRequest,
-) -> Result<Response<ListTaskPushNotificationConfigsResponse>, Status> {
+) -> Result<ListTaskPushNotificationConfigsResponse, A2aError> {
     validate::task_id(&req.tenant, &req.task_id)
         .map_err(|_| A2aError::invalid("task_id", "a task id of at most 256 bytes is required"))?;
     if req.page_size < 0 {
-        return Err(A2aError::invalid("page_size", "must not be negative").into());
+        return Err(A2aError::invalid("page_size", "must not be negative"));
     }
     let configs = manager
         .list_push_configs(&req.tenant, caller, &req.task_id)
@@ -94,20 +88,19 @@ pub async fn list(
         Some(last) if start + page.len() < configs.len() => last.id.clone(),
         _ => String::new(),
     };
-    Ok(Response::new(ListTaskPushNotificationConfigsResponse {
+    Ok(ListTaskPushNotificationConfigsResponse {
         configs: page,
         next_page_token,
-    }))
+    })
 }
 
 pub async fn delete(
     manager: &TaskManager,
     caller: &Caller,
     req: DeleteTaskPushNotificationConfigRequest,
-) -> Result<Response<()>, Status> {
+) -> Result<(), A2aError> {
     validate::push_config_id(&req.tenant, &req.task_id, &req.id)?;
     manager
         .delete_push_config(&req.tenant, caller, &req.task_id, &req.id)
-        .await?;
-    Ok(Response::new(()))
+        .await
 }

@@ -1,8 +1,5 @@
 //! SendMessage (spec §3.1.1, §3.2.2) and SendStreamingMessage (§3.1.2).
 
-use futures_util::StreamExt;
-use tonic::{Response, Status};
-
 use super::{EventStream, validate};
 use crate::error::A2aError;
 use crate::proto::{
@@ -41,7 +38,7 @@ pub async fn send_message(
     push: Option<&Egress>,
     trace: Option<TraceParent>,
     request: SendMessageRequest,
-) -> Result<Response<SendMessageResponse>, Status> {
+) -> Result<SendMessageResponse, A2aError> {
     let mut req = checked(validate::send_request(request)?, push).await?;
     req.request.trace = trace;
     let outcome = manager
@@ -56,9 +53,9 @@ pub async fn send_message(
             send_message_response::Payload::Task(manager.wait(*handle).await?)
         }
     };
-    Ok(Response::new(SendMessageResponse {
+    Ok(SendMessageResponse {
         payload: Some(payload),
-    }))
+    })
 }
 
 /// A Message reply is a one-message stream; a task streams its snapshot,
@@ -69,7 +66,7 @@ pub async fn send_streaming_message(
     push: Option<&Egress>,
     trace: Option<TraceParent>,
     request: SendMessageRequest,
-) -> Result<Response<EventStream>, Status> {
+) -> Result<EventStream, A2aError> {
     let mut req = checked(validate::send_request(request)?, push).await?;
     req.request.trace = trace;
     let outcome = manager
@@ -81,11 +78,9 @@ pub async fn send_streaming_message(
                 payload: Some(stream_response::Payload::Message(m)),
             })
         })),
-        SendOutcome::Task(handle) => Box::pin(
-            manager
-                .event_stream(*handle, CloseAt::TerminalOrInputRequired)
-                .map(|item| item.map_err(Status::from)),
-        ),
+        SendOutcome::Task(handle) => {
+            Box::pin(manager.event_stream(*handle, CloseAt::TerminalOrInputRequired))
+        }
     };
-    Ok(Response::new(stream))
+    Ok(stream)
 }

@@ -1,10 +1,8 @@
 //! GetTask (spec §3.1.3), ListTasks (§3.1.4), CancelTask (§3.1.5) and
 //! SubscribeToTask (§3.1.6).
 
-use futures_util::StreamExt;
-use tonic::{Response, Status};
-
 use super::{EventStream, validate};
+use crate::error::A2aError;
 use crate::proto::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SubscribeToTaskRequest,
     Task,
@@ -21,21 +19,19 @@ pub async fn get_task(
     manager: &TaskManager,
     caller: &Caller,
     req: GetTaskRequest,
-) -> Result<Response<Task>, Status> {
+) -> Result<Task, A2aError> {
     validate::task_id(&req.tenant, &req.id)?;
     let history = validate::history_length(req.history_length)?;
-    Ok(Response::new(
-        manager
-            .get_task(&req.tenant, caller, &req.id, history)
-            .await?,
-    ))
+    manager
+        .get_task(&req.tenant, caller, &req.id, history)
+        .await
 }
 
 pub async fn list_tasks(
     manager: &TaskManager,
     caller: &Caller,
     req: ListTasksRequest,
-) -> Result<Response<ListTasksResponse>, Status> {
+) -> Result<ListTasksResponse, A2aError> {
     let query = validate::list_request(&req)?;
     let mut page = manager.list_tasks(&req.tenant, caller, &query).await?;
     // A page must fit in one response: tasks are bounded (MAX_TASK_BYTES)
@@ -60,37 +56,32 @@ pub async fn list_tasks(
             task_id: last.id.clone(),
         });
     }
-    Ok(Response::new(ListTasksResponse {
+    Ok(ListTasksResponse {
         tasks: page.tasks,
         // spec §3.1.4: always present, empty on the last page.
         next_page_token: page.next.map(|c| c.encode()).unwrap_or_default(),
         page_size: query.page_size as i32,
         total_size: i32::try_from(page.total_size).unwrap_or(i32::MAX),
-    }))
+    })
 }
 
 pub async fn cancel_task(
     manager: &TaskManager,
     caller: &Caller,
     req: CancelTaskRequest,
-) -> Result<Response<Task>, Status> {
+) -> Result<Task, A2aError> {
     validate::task_id(&req.tenant, &req.id)?;
-    Ok(Response::new(
-        manager
-            .cancel_task(&req.tenant, caller, &req.id, req.metadata)
-            .await?,
-    ))
+    manager
+        .cancel_task(&req.tenant, caller, &req.id, req.metadata)
+        .await
 }
 
 pub async fn subscribe_to_task(
     manager: &TaskManager,
     caller: &Caller,
     req: SubscribeToTaskRequest,
-) -> Result<Response<EventStream>, Status> {
+) -> Result<EventStream, A2aError> {
     validate::task_id(&req.tenant, &req.id)?;
     let handle = manager.subscribe(&req.tenant, caller, &req.id).await?;
-    let stream = manager
-        .event_stream(handle, CloseAt::Terminal)
-        .map(|item| item.map_err(Status::from));
-    Ok(Response::new(Box::pin(stream)))
+    Ok(Box::pin(manager.event_stream(handle, CloseAt::Terminal)))
 }

@@ -591,3 +591,48 @@ pub fn metric_value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&s
         })
         .sum()
 }
+
+pub mod web;
+
+/// An agent that completes every task at once, under the given card
+/// (whose rules the server enforces: extensions, streaming, modes).
+pub fn agent_with_card(card: a2a_lifecycle::proto::AgentCard) -> AgentRouter {
+    use a2a_lifecycle::agent::{AgentError, AgentExecutor, EventSink, RequestContext};
+    struct Carded(a2a_lifecycle::proto::AgentCard);
+    #[async_trait::async_trait]
+    impl AgentExecutor for Carded {
+        async fn execute(&self, _ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+            sink.status(TaskState::Completed, None).await?;
+            Ok(())
+        }
+        fn card(&self) -> a2a_lifecycle::proto::AgentCard {
+            self.0.clone()
+        }
+    }
+    AgentRouter::new().with("", Arc::new(Carded(card)))
+}
+
+/// The demo agents with push notifications on, webhooks to loopback
+/// allowed.
+pub async fn start_with_push() -> TestServer {
+    let manager = TaskManager::new(
+        Arc::new(MemoryStore::new()),
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let push = a2a_lifecycle::push::deliver::Settings {
+        egress: a2a_lifecycle::push::egress::Egress::new(vec!["127.0.0.0/8".parse().unwrap()]),
+        ..Default::default()
+    };
+    let security = a2a_lifecycle::server::Security {
+        push: Some(push),
+        ..Default::default()
+    };
+    TestServer::serve(
+        manager,
+        DiscoveryConfig::default(),
+        Default::default(),
+        security,
+    )
+    .await
+}

@@ -1,0 +1,787 @@
+//! The client commands' connection to a server, over the binding they are
+//! told to use (`--binding grpc|jsonrpc|http-json`), so an operator can
+//! check each door from the shell; and how a failed call is printed:
+//! `NOT_FOUND TASK_NOT_FOUND: task "x" not found`, the same for every
+//! binding (the status code's name, the ErrorInfo reason, the message).
+//!
+//! Every binding rides the same connection (tonic's `Channel`: HTTP/2,
+//! with the command's TLS settings); the JSON bindings send their HTTP
+//! requests on it as the server's own port accepts them (HTTP/2 or
+//! HTTP/1.1 alike). The HTTP+JSON paths are the routes of the proto's
+//! `google.api.http` annotations (spec §11.3).
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::{Method, header};
+use http_body_util::BodyExt;
+use prost::{Message, Name};
+use serde_json::Value;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+use tower::ServiceExt;
+
+use a2a_lifecycle::bindings::Binding;
+use a2a_lifecycle::json;
+use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
+use a2a_lifecycle::proto::{
+    AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest, GetTaskPushNotificationConfigRequest, GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest, ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest, ListTasksResponse, SendMessageRequest, SendMessageResponse, StreamResponse,
+    SubscribeToTaskRequest, Task, TaskPushNotificationConfig,
+};
+
+/// A failed call, as every binding reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    /// The gRPC status code's name (`NOT_FOUND`), which every binding's
+    /// error maps to.
+    pub code: String,
+    /// The `google.rpc.ErrorInfo` reason, when the server sent one.
+    pub reason: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.reason.is_empty() || self.reason == self.code {
+            write!(f, "{}: {}", self.code, self.message)
+        } else {
+            write!(f, "{} {}: {}", self.code, self.reason, self.message)
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl From<tonic::Status> for CallError {
+    fn from(status: tonic::Status) -> Self {
+        CallError {
+            code: a2a_lifecycle::metrics::code_label(status.code()).to_owned(),
+            reason: status
+                .get_details_error_info()
+                .map(|info| info.reason)
+                .unwrap_or_default(),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
+impl CallError {
+    fn transport(message: impl std::fmt::Display) -> Self {
+        CallError {
+            code: "UNAVAILABLE".into(),
+            reason: String::new(),
+            message: message.to_string(),
+        }
+    }
+
+    fn protocol(message: impl std::fmt::Display) -> Self {
+        CallError {
+            code: "INTERNAL".into(),
+            reason: String::new(),
+            message: format!("the server's answer is not understood: {message}"),
+        }
+    }
+
+    /// The ErrorInfo reason in a JSON error's details (`data` or
+    /// `details`).
+    fn reason_of(details: Option<&Value>) -> String {
+        details
+            .and_then(Value::as_array)
+            .and_then(|d| {
+                d.iter()
+                    .find(|d| d["@type"] == "type.googleapis.com/google.rpc.ErrorInfo")
+            })
+            .and_then(|info| info["reason"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// A JSON-RPC error object (spec §9.5); its code named as the gRPC
+    /// binding would (spec §5.4).
+    fn from_jsonrpc(error: &Value) -> Self {
+        let reason = Self::reason_of(error.get("data"));
+        let code = match error["code"].as_i64().unwrap_or(-32603) {
+            -32001 => "NOT_FOUND",
+            -32002 | -32003 | -32004 | -32007 | -32008 | -32009 => "FAILED_PRECONDITION",
+            -32005 | -32600 | -32602 | -32700 => "INVALID_ARGUMENT",
+            -32601 => "UNIMPLEMENTED",
+            -32000 if is_code_name(&reason) => reason.as_str(),
+            _ => "INTERNAL",
+        }
+        .to_owned();
+        CallError {
+            code,
+            reason,
+            message: error["message"].as_str().unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// An HTTP+JSON error body (spec §11.6, AIP-193).
+    fn from_rest(status: http::StatusCode, body: &[u8]) -> Self {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(value) if value["error"].is_object() => {
+                let error = &value["error"];
+                CallError {
+                    code: error["status"].as_str().unwrap_or("UNKNOWN").to_owned(),
+                    reason: Self::reason_of(error.get("details")),
+                    message: error["message"].as_str().unwrap_or_default().to_owned(),
+                }
+            }
+            _ => CallError {
+                code: format!("HTTP {}", status.as_u16()),
+                reason: String::new(),
+                message: String::from_utf8_lossy(body).trim().to_owned(),
+            },
+        }
+    }
+}
+
+/// The reasons that are gRPC code names (the errors A2A gives no code).
+fn is_code_name(reason: &str) -> bool {
+    matches!(
+        reason,
+        "UNAUTHENTICATED"
+            | "PERMISSION_DENIED"
+            | "RESOURCE_EXHAUSTED"
+            | "UNAVAILABLE"
+            | "DEADLINE_EXCEEDED"
+            | "OUT_OF_RANGE"
+    )
+}
+
+/// A stream of events, ending at the first error.
+pub type Events = Pin<Box<dyn Stream<Item = Result<StreamResponse, CallError>> + Send>>;
+
+type Grpc =
+    A2aServiceClient<tonic::service::interceptor::InterceptedService<Channel, crate::Bearer>>;
+
+/// One server, over one binding.
+pub struct Client {
+    binding: Binding,
+    grpc: Grpc,
+    channel: Channel,
+    authorization: Option<http::HeaderValue>,
+    next_id: u64,
+}
+
+impl Client {
+    pub fn new(
+        binding: Binding,
+        channel: Channel,
+        bearer: Option<crate::BearerValue>,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let authorization = bearer
+            .as_ref()
+            .map(|v| http::HeaderValue::from_bytes(v.as_bytes()))
+            .transpose()?;
+        Ok(Client {
+            binding,
+            grpc: A2aServiceClient::with_interceptor(channel.clone(), crate::Bearer(bearer)),
+            channel,
+            authorization,
+            next_id: 1,
+        })
+    }
+
+    pub async fn send_message(
+        &mut self,
+        req: SendMessageRequest,
+    ) -> Result<SendMessageResponse, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self.grpc.send_message(req).await?.into_inner()),
+            Binding::JsonRpc => self.rpc("SendMessage", &req).await,
+            Binding::HttpJson => {
+                let path = tenanted(&req.tenant, "/message:send");
+                self.rest(Method::POST, path, Some(&req)).await
+            }
+        }
+    }
+
+    pub async fn send_streaming_message(
+        &mut self,
+        req: SendMessageRequest,
+    ) -> Result<Events, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(grpc_events(
+                self.grpc.send_streaming_message(req).await?.into_inner(),
+            )),
+            Binding::JsonRpc => self.rpc_stream("SendStreamingMessage", &req).await,
+            Binding::HttpJson => {
+                let path = tenanted(&req.tenant, "/message:stream");
+                self.rest_stream(Method::POST, path, Some(&req)).await
+            }
+        }
+    }
+
+    pub async fn get_task(&mut self, req: GetTaskRequest) -> Result<Task, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self.grpc.get_task(req).await?.into_inner()),
+            Binding::JsonRpc => self.rpc("GetTask", &req).await,
+            Binding::HttpJson => {
+                let mut query = Query::default();
+                query.add_opt("historyLength", req.history_length);
+                let path = tenanted(&req.tenant, &format!("/tasks/{}", segment(&req.id)));
+                self.rest(Method::GET, query.on(path), None::<&Task>).await
+            }
+        }
+    }
+
+    pub async fn list_tasks(
+        &mut self,
+        req: ListTasksRequest,
+    ) -> Result<ListTasksResponse, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self.grpc.list_tasks(req).await?.into_inner()),
+            Binding::JsonRpc => self.rpc("ListTasks", &req).await,
+            Binding::HttpJson => {
+                let mut query = Query::default();
+                query.add_str("contextId", &req.context_id);
+                if req.status != 0 {
+                    let state = a2a_lifecycle::proto::TaskState::try_from(req.status)
+                        .map(|s| s.as_str_name().to_owned())
+                        .unwrap_or_else(|_| req.status.to_string());
+                    query.add_str("status", &state);
+                }
+                query.add_opt("pageSize", req.page_size);
+                query.add_str("pageToken", &req.page_token);
+                query.add_opt("historyLength", req.history_length);
+                query.add_opt("includeArtifacts", req.include_artifacts);
+                let path = tenanted(&req.tenant, "/tasks");
+                self.rest(Method::GET, query.on(path), None::<&Task>).await
+            }
+        }
+    }
+
+    pub async fn cancel_task(&mut self, req: CancelTaskRequest) -> Result<Task, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self.grpc.cancel_task(req).await?.into_inner()),
+            Binding::JsonRpc => self.rpc("CancelTask", &req).await,
+            Binding::HttpJson => {
+                let path = tenanted(&req.tenant, &format!("/tasks/{}:cancel", segment(&req.id)));
+                self.rest(Method::POST, path, Some(&req)).await
+            }
+        }
+    }
+
+    pub async fn subscribe_to_task(
+        &mut self,
+        req: SubscribeToTaskRequest,
+    ) -> Result<Events, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(grpc_events(
+                self.grpc.subscribe_to_task(req).await?.into_inner(),
+            )),
+            Binding::JsonRpc => self.rpc_stream("SubscribeToTask", &req).await,
+            Binding::HttpJson => {
+                let path = tenanted(
+                    &req.tenant,
+                    &format!("/tasks/{}:subscribe", segment(&req.id)),
+                );
+                self.rest_stream(Method::POST, path, None::<&Task>).await
+            }
+        }
+    }
+
+    pub async fn create_push_config(
+        &mut self,
+        req: TaskPushNotificationConfig,
+    ) -> Result<TaskPushNotificationConfig, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self
+                .grpc
+                .create_task_push_notification_config(req)
+                .await?
+                .into_inner()),
+            Binding::JsonRpc => self.rpc("CreateTaskPushNotificationConfig", &req).await,
+            Binding::HttpJson => {
+                let path = tenanted(
+                    &req.tenant,
+                    &format!("/tasks/{}/pushNotificationConfigs", segment(&req.task_id)),
+                );
+                self.rest(Method::POST, path, Some(&req)).await
+            }
+        }
+    }
+
+    pub async fn get_push_config(
+        &mut self,
+        req: GetTaskPushNotificationConfigRequest,
+    ) -> Result<TaskPushNotificationConfig, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self
+                .grpc
+                .get_task_push_notification_config(req)
+                .await?
+                .into_inner()),
+            Binding::JsonRpc => self.rpc("GetTaskPushNotificationConfig", &req).await,
+            Binding::HttpJson => {
+                let path = tenanted(
+                    &req.tenant,
+                    &format!(
+                        "/tasks/{}/pushNotificationConfigs/{}",
+                        segment(&req.task_id),
+                        segment(&req.id)
+                    ),
+                );
+                self.rest(Method::GET, path, None::<&Task>).await
+            }
+        }
+    }
+
+    pub async fn list_push_configs(
+        &mut self,
+        req: ListTaskPushNotificationConfigsRequest,
+    ) -> Result<ListTaskPushNotificationConfigsResponse, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self
+                .grpc
+                .list_task_push_notification_configs(req)
+                .await?
+                .into_inner()),
+            Binding::JsonRpc => self.rpc("ListTaskPushNotificationConfigs", &req).await,
+            Binding::HttpJson => {
+                let mut query = Query::default();
+                if req.page_size != 0 {
+                    query.add_opt("pageSize", Some(req.page_size));
+                }
+                query.add_str("pageToken", &req.page_token);
+                let path = tenanted(
+                    &req.tenant,
+                    &format!("/tasks/{}/pushNotificationConfigs", segment(&req.task_id)),
+                );
+                self.rest(Method::GET, query.on(path), None::<&Task>).await
+            }
+        }
+    }
+
+    pub async fn delete_push_config(
+        &mut self,
+        req: DeleteTaskPushNotificationConfigRequest,
+    ) -> Result<(), CallError> {
+        match self.binding {
+            Binding::Grpc => {
+                self.grpc.delete_task_push_notification_config(req).await?;
+                Ok(())
+            }
+            Binding::JsonRpc => self
+                .rpc_value("DeleteTaskPushNotificationConfig", &req)
+                .await
+                .map(drop),
+            Binding::HttpJson => {
+                let path = tenanted(
+                    &req.tenant,
+                    &format!(
+                        "/tasks/{}/pushNotificationConfigs/{}",
+                        segment(&req.task_id),
+                        segment(&req.id)
+                    ),
+                );
+                self.exchange(Method::DELETE, path, None).await.map(drop)
+            }
+        }
+    }
+
+    pub async fn get_extended_agent_card(
+        &mut self,
+        req: GetExtendedAgentCardRequest,
+    ) -> Result<AgentCard, CallError> {
+        match self.binding {
+            Binding::Grpc => Ok(self.grpc.get_extended_agent_card(req).await?.into_inner()),
+            Binding::JsonRpc => self.rpc("GetExtendedAgentCard", &req).await,
+            Binding::HttpJson => {
+                let path = tenanted(&req.tenant, "/extendedAgentCard");
+                self.rest(Method::GET, path, None::<&Task>).await
+            }
+        }
+    }
+
+    /// One HTTP request on the connection; the response's status,
+    /// content type and body stream.
+    async fn request(
+        &mut self,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
+        accept_events: bool,
+    ) -> Result<http::Response<tonic::body::Body>, CallError> {
+        let mut builder = http::Request::builder().method(method).uri(path);
+        if let Some(value) = &self.authorization {
+            builder = builder.header(header::AUTHORIZATION, value.clone());
+        }
+        builder = builder.header(a2a_lifecycle::discovery::VERSION_METADATA, "1.0");
+        if accept_events {
+            builder = builder.header(header::ACCEPT, "text/event-stream");
+        }
+        let body = match body {
+            Some(bytes) => {
+                builder = builder.header(header::CONTENT_TYPE, "application/json");
+                tonic::body::Body::new(http_body_util::Full::new(Bytes::from(bytes)))
+            }
+            None => tonic::body::Body::empty(),
+        };
+        let request = builder.body(body).map_err(CallError::transport)?;
+        self.channel
+            .clone()
+            .oneshot(request)
+            .await
+            .map_err(CallError::transport)
+    }
+
+    /// A whole answer: its status and body.
+    async fn exchange(
+        &mut self,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
+    ) -> Result<Bytes, CallError> {
+        let response = self.request(method, path, body, false).await?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(CallError::transport)?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(CallError::from_rest(status, &bytes));
+        }
+        Ok(bytes)
+    }
+
+    async fn rest<Req: Message + Name, Resp: Message + Name + Default>(
+        &mut self,
+        method: Method,
+        path: String,
+        body: Option<&Req>,
+    ) -> Result<Resp, CallError> {
+        let body = body
+            .map(|b| json::to_string(b).map(String::into_bytes))
+            .transpose()
+            .map_err(CallError::protocol)?;
+        let bytes = self.exchange(method, path, body).await?;
+        json::from_request_slice(&bytes).map_err(CallError::protocol)
+    }
+
+    async fn rest_stream<Req: Message + Name>(
+        &mut self,
+        method: Method,
+        path: String,
+        body: Option<&Req>,
+    ) -> Result<Events, CallError> {
+        let body = body
+            .map(|b| json::to_string(b).map(String::into_bytes))
+            .transpose()
+            .map_err(CallError::protocol)?;
+        let response = self.request(method, path, body, true).await?;
+        let status = response.status();
+        if !status.is_success() {
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(CallError::transport)?
+                .to_bytes();
+            return Err(CallError::from_rest(status, &bytes));
+        }
+        Ok(sse_events(response.into_body(), |event, data| {
+            let value: Value = serde_json::from_slice(data).map_err(CallError::protocol)?;
+            if event == Some("error") || value.get("error").is_some() {
+                return Err(CallError::from_rest(http::StatusCode::OK, data));
+            }
+            json::from_request_slice(data).map_err(CallError::protocol)
+        }))
+    }
+
+    fn envelope<Req: Message + Name>(
+        &mut self,
+        method: &str,
+        req: &Req,
+    ) -> Result<Vec<u8>, CallError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let params = json::to_string(req).map_err(CallError::protocol)?;
+        Ok(
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#)
+                .into_bytes(),
+        )
+    }
+
+    /// A JSON-RPC call's `result`, as JSON.
+    async fn rpc_value<Req: Message + Name>(
+        &mut self,
+        method: &str,
+        req: &Req,
+    ) -> Result<Value, CallError> {
+        let body = self.envelope(method, req)?;
+        let response = self
+            .request(Method::POST, "/".into(), Some(body), false)
+            .await?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(CallError::transport)?
+            .to_bytes();
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|_| CallError::from_rest(status, &bytes))?;
+        if let Some(error) = value.get("error") {
+            return Err(CallError::from_jsonrpc(error));
+        }
+        value
+            .get("result")
+            .cloned()
+            .ok_or_else(|| CallError::protocol("a JSON-RPC response without result or error"))
+    }
+
+    async fn rpc<Req: Message + Name, Resp: Message + Name + Default>(
+        &mut self,
+        method: &str,
+        req: &Req,
+    ) -> Result<Resp, CallError> {
+        let result = self.rpc_value(method, req).await?;
+        json::from_request_slice(result.to_string().as_bytes()).map_err(CallError::protocol)
+    }
+
+    async fn rpc_stream<Req: Message + Name>(
+        &mut self,
+        method: &str,
+        req: &Req,
+    ) -> Result<Events, CallError> {
+        let body = self.envelope(method, req)?;
+        let response = self
+            .request(Method::POST, "/".into(), Some(body), true)
+            .await?;
+        let status = response.status();
+        let is_events = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        if !is_events {
+            // Refused before the stream: one JSON-RPC response.
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(CallError::transport)?
+                .to_bytes();
+            let value: Value =
+                serde_json::from_slice(&bytes).map_err(|_| CallError::from_rest(status, &bytes))?;
+            return Err(match value.get("error") {
+                Some(error) => CallError::from_jsonrpc(error),
+                None => CallError::protocol("a streaming call answered without a stream"),
+            });
+        }
+        Ok(sse_events(response.into_body(), |_, data| {
+            let value: Value = serde_json::from_slice(data).map_err(CallError::protocol)?;
+            if let Some(error) = value.get("error") {
+                return Err(CallError::from_jsonrpc(error));
+            }
+            let result = value
+                .get("result")
+                .ok_or_else(|| CallError::protocol("an event without result or error"))?;
+            json::from_request_slice(result.to_string().as_bytes()).map_err(CallError::protocol)
+        }))
+    }
+}
+
+/// The public agent card of `tenant` (spec §8.2), as served.
+pub async fn public_card(channel: Channel, tenant: &str) -> Result<AgentCard, CallError> {
+    let path = tenanted(tenant, "/.well-known/agent-card.json");
+    let request = http::Request::get(path)
+        .body(tonic::body::Body::empty())
+        .map_err(CallError::transport)?;
+    let response = channel
+        .oneshot(request)
+        .await
+        .map_err(CallError::transport)?;
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(CallError::transport)?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(CallError::from_rest(status, &bytes));
+    }
+    json::from_request_slice(&bytes).map_err(CallError::protocol)
+}
+
+fn grpc_events(stream: tonic::Streaming<StreamResponse>) -> Events {
+    Box::pin(stream.map(|item| item.map_err(CallError::from)))
+}
+
+/// Reads an SSE body, one event at a time, into `decode(event name,
+/// data)`; comment lines (keep-alives) are skipped; an error ends it.
+fn sse_events(
+    body: tonic::body::Body,
+    decode: impl Fn(Option<&str>, &[u8]) -> Result<StreamResponse, CallError> + Send + 'static,
+) -> Events {
+    Box::pin(async_stream::stream! {
+        let mut body = body;
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut ready: VecDeque<(Option<String>, Vec<u8>)> = VecDeque::new();
+        loop {
+            while let Some((event, data)) = ready.pop_front() {
+                let decoded = decode(event.as_deref(), &data);
+                let failed = decoded.is_err();
+                yield decoded;
+                if failed {
+                    return;
+                }
+            }
+            match body.frame().await {
+                None => return,
+                Some(Err(e)) => {
+                    yield Err(CallError::transport(e));
+                    return;
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buffer.extend_from_slice(&data);
+                        ready.extend(take_events(&mut buffer));
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The complete events at the front of `buffer` (each ends with a blank
+/// line), removed from it.
+fn take_events(buffer: &mut Vec<u8>) -> Vec<(Option<String>, Vec<u8>)> {
+    let mut events = Vec::new();
+    while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+        let block: Vec<u8> = buffer.drain(..end + 2).collect();
+        let mut name = None;
+        let mut data: Option<Vec<u8>> = None;
+        for line in block.split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(rest) = line.strip_prefix(b"data:") {
+                let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+                match &mut data {
+                    Some(d) => {
+                        d.push(b'\n');
+                        d.extend_from_slice(rest);
+                    }
+                    None => data = Some(rest.to_vec()),
+                }
+            } else if let Some(rest) = line.strip_prefix(b"event:") {
+                name = Some(String::from_utf8_lossy(rest).trim().to_owned());
+            }
+        }
+        if let Some(data) = data {
+            events.push((name, data));
+        }
+    }
+    events
+}
+
+/// `path` under `/{tenant}` when a tenant is named (the annotations'
+/// additional bindings).
+fn tenanted(tenant: &str, path: &str) -> String {
+    if tenant.is_empty() {
+        path.to_owned()
+    } else {
+        format!("/{}{path}", segment(tenant))
+    }
+}
+
+/// Percent-encodes one path segment or query value (RFC 3986: all but
+/// the unreserved characters).
+fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Query parameters by their camelCase names (spec §11.5).
+#[derive(Default)]
+struct Query(Vec<String>);
+
+impl Query {
+    fn add_str(&mut self, name: &str, value: &str) {
+        if !value.is_empty() {
+            self.0.push(format!("{name}={}", segment(value)));
+        }
+    }
+
+    fn add_opt(&mut self, name: &str, value: Option<impl std::fmt::Display>) {
+        if let Some(value) = value {
+            self.add_str(name, &value.to_string());
+        }
+    }
+
+    fn on(self, path: String) -> String {
+        if self.0.is_empty() {
+            path
+        } else {
+            format!("{path}?{}", self.0.join("&"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_cut_at_blank_lines() {
+        let mut buffer = b": keep-alive\n\ndata: {\"a\":1}\n\nevent: error\ndata: {\"b\"".to_vec();
+        let events = take_events(&mut buffer);
+        assert_eq!(events, [(None, b"{\"a\":1}".to_vec())]);
+        buffer.extend_from_slice(b":2}\n\n");
+        let events = take_events(&mut buffer);
+        assert_eq!(events, [(Some("error".into()), b"{\"b\":2}".to_vec())]);
+        assert!(buffer.is_empty());
+    }
+
+    #[test]
+    fn errors_print_the_same_for_every_binding() {
+        let grpc = CallError::from(tonic::Status::from(
+            a2a_lifecycle::error::A2aError::TaskNotFound {
+                task_id: "x".into(),
+            },
+        ));
+        let rpc = CallError::from_jsonrpc(&serde_json::json!({
+            "code": -32001,
+            "message": "task \"x\" not found",
+            "data": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "TASK_NOT_FOUND"}],
+        }));
+        let rest = CallError::from_rest(
+            http::StatusCode::NOT_FOUND,
+            br#"{"error":{"code":404,"status":"NOT_FOUND","message":"task \"x\" not found","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"TASK_NOT_FOUND"}]}}"#,
+        );
+        let expected = "NOT_FOUND TASK_NOT_FOUND: task \"x\" not found";
+        assert_eq!(grpc.to_string(), expected);
+        assert_eq!(rpc.to_string(), expected);
+        assert_eq!(rest.to_string(), expected);
+        let unauthenticated = CallError::from_jsonrpc(&serde_json::json!({
+            "code": -32000, "message": "no credentials",
+            "data": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "UNAUTHENTICATED"}],
+        }));
+        assert_eq!(
+            unauthenticated.to_string(),
+            "UNAUTHENTICATED: no credentials"
+        );
+    }
+
+    #[test]
+    fn segments_are_percent_encoded() {
+        assert_eq!(segment("a b/c:d"), "a%20b%2Fc%3Ad");
+        assert_eq!(tenanted("", "/tasks"), "/tasks");
+        assert_eq!(tenanted("t 1", "/tasks"), "/t%201/tasks");
+    }
+}
