@@ -209,3 +209,196 @@ fn the_lifecycle_core_never_panics_and_keeps_its_rules() {
         }
     }
 }
+
+/// Percent-encodes every byte that is not unreserved (RFC 3986).
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A JSON value from a small grammar with the protocol's field names, so
+/// that generated bodies reach past the JSON parser into the decoders.
+fn json_value(rng: &mut Rng, depth: u32) -> String {
+    const NAMES: [&str; 14] = [
+        "message",
+        "messageId",
+        "role",
+        "parts",
+        "text",
+        "id",
+        "tenant",
+        "historyLength",
+        "configuration",
+        "returnImmediately",
+        "params",
+        "metadata",
+        "taskId",
+        "raw",
+    ];
+    match rng.below(if depth > 3 { 5 } else { 8 }) {
+        0 => "null".into(),
+        1 => ["true", "false"][rng.below(2) as usize].into(),
+        2 => format!("{}", rng.next() as i64 >> rng.below(63)),
+        3 => serde_json::to_string(&rng.text()).unwrap(),
+        4 => [
+            "\"ROLE_USER\"",
+            "\"TASK_STATE_WORKING\"",
+            "\"2.0\"",
+            "\"AAEC\"",
+            "1e400",
+            "-0",
+        ][rng.below(6) as usize]
+            .into(),
+        5 => {
+            let items: Vec<String> = (0..rng.below(3))
+                .map(|_| json_value(rng, depth + 1))
+                .collect();
+            format!("[{}]", items.join(","))
+        }
+        _ => {
+            let fields: Vec<String> = (0..rng.below(4))
+                .map(|_| {
+                    let name = NAMES[rng.below(NAMES.len() as u64) as usize];
+                    format!("\"{name}\":{}", json_value(rng, depth + 1))
+                })
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+    }
+}
+
+/// The JSON bindings' decoders, in process: arbitrary bodies, methods,
+/// paths and queries never panic the server nor get a 5xx (spec §9.5,
+/// §11.6: bad input is the client's error).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_json_bindings_never_panic_or_answer_5xx() {
+    use std::sync::Arc;
+    use tower::ServiceExt;
+
+    use a2a_lifecycle::bindings::Binding;
+    use a2a_lifecycle::discovery::{Cards, DiscoveryConfig};
+    use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+    use a2a_lifecycle::service::A2aApi;
+    use a2a_lifecycle::service::web::HttpBindings;
+
+    let agents = a2a_lifecycle::agent::demo::demo_router();
+    let cards = Arc::new(
+        Cards::build(
+            &agents,
+            &DiscoveryConfig::default(),
+            "127.0.0.1:1".parse().unwrap(),
+        )
+        .unwrap(),
+    );
+    let manager = TaskManager::new(
+        Arc::new(a2a_lifecycle::store::MemoryStore::new()),
+        agents,
+        RuntimeConfig::default(),
+    );
+    let api = A2aApi::new(manager, cards);
+    let router = Arc::new(HttpBindings::new(
+        api,
+        &[Binding::JsonRpc, Binding::HttpJson],
+        std::time::Duration::from_secs(60),
+    ))
+    .router();
+    const METHODS: [&str; 6] = [
+        "SendMessage",
+        "GetTask",
+        "ListTasks",
+        "CancelTask",
+        "GetExtendedAgentCard",
+        "Nope",
+    ];
+    const PATHS: [&str; 9] = [
+        "/",
+        "/message:send",
+        "/tasks",
+        "/tasks/%ZZ",
+        "/deployer/tasks/x:cancel",
+        "/tasks/x/pushNotificationConfigs",
+        "/extendedAgentCard",
+        "/a/b/c/d/e/f",
+        "/tasks/:subscribe",
+    ];
+    let mut rng = Rng(seed() ^ 0x9e37_79b9);
+    let (mut served, mut refused) = (0u64, 0u64);
+    for i in 0..iterations() / 20 {
+        let (method, path, body) = match rng.below(4) {
+            // A JSON-RPC call with generated params.
+            0 => (
+                "POST",
+                "/".to_owned(),
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{i},"method":"{}","params":{}}}"#,
+                    METHODS[rng.below(METHODS.len() as u64) as usize],
+                    json_value(&mut rng, 0)
+                )
+                .into_bytes(),
+            ),
+            // Any JSON to any path.
+            1 => (
+                ["GET", "POST", "DELETE", "PUT"][rng.below(4) as usize],
+                PATHS[rng.below(PATHS.len() as u64) as usize].to_owned(),
+                json_value(&mut rng, 0).into_bytes(),
+            ),
+            // A query of generated names and values.
+            2 => (
+                "GET",
+                format!(
+                    "/tasks?{}={}&pageSize={}&status={}",
+                    [
+                        "contextId",
+                        "historyLength",
+                        "includeArtifacts",
+                        "statusTimestampAfter",
+                        "x"
+                    ][rng.below(5) as usize],
+                    encode(&rng.id()),
+                    rng.below(300) as i64 - 100,
+                    encode(&rng.id())
+                ),
+                Vec::new(),
+            ),
+            // Raw bytes.
+            _ => ("POST", "/".to_owned(), rng.bytes(64)),
+        };
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path.as_str())
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.clone()))
+            .unwrap();
+        let response = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            router.clone().oneshot(request),
+        )
+        .await
+        .expect("an answer in time")
+        .unwrap();
+        assert!(
+            !response.status().is_server_error(),
+            "{method} {path} {:?}: {}",
+            String::from_utf8_lossy(&body),
+            response.status()
+        );
+        match response.status().as_u16() {
+            200 => served += 1,
+            400..=499 => refused += 1,
+            _ => {}
+        }
+    }
+    // The generator reaches the operations, not only the refusals (a
+    // JSON-RPC error is a 200 too: some calls of each kind).
+    assert!(
+        served > 0 && refused > 0,
+        "served {served}, refused {refused}"
+    );
+}

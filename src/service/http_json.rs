@@ -52,22 +52,25 @@ pub enum Operation {
 }
 
 impl Operation {
+    const ALL: [Operation; 11] = [
+        Operation::SendMessage,
+        Operation::SendStreamingMessage,
+        Operation::GetTask,
+        Operation::ListTasks,
+        Operation::CancelTask,
+        Operation::SubscribeToTask,
+        Operation::CreateTaskPushNotificationConfig,
+        Operation::GetTaskPushNotificationConfig,
+        Operation::ListTaskPushNotificationConfigs,
+        Operation::DeleteTaskPushNotificationConfig,
+        Operation::GetExtendedAgentCard,
+    ];
+
+    /// The operation of the RPC named `rpc`.
     fn of(rpc: &str) -> Option<Operation> {
-        use Operation::*;
-        Some(match rpc {
-            "SendMessage" => SendMessage,
-            "SendStreamingMessage" => SendStreamingMessage,
-            "GetTask" => GetTask,
-            "ListTasks" => ListTasks,
-            "CancelTask" => CancelTask,
-            "SubscribeToTask" => SubscribeToTask,
-            "CreateTaskPushNotificationConfig" => CreateTaskPushNotificationConfig,
-            "GetTaskPushNotificationConfig" => GetTaskPushNotificationConfig,
-            "ListTaskPushNotificationConfigs" => ListTaskPushNotificationConfigs,
-            "DeleteTaskPushNotificationConfig" => DeleteTaskPushNotificationConfig,
-            "GetExtendedAgentCard" => GetExtendedAgentCard,
-            _ => return None,
-        })
+        Operation::ALL
+            .into_iter()
+            .find(|op| operation_label(*op) == rpc)
     }
 }
 
@@ -450,7 +453,20 @@ enum Refusal {
 }
 
 fn operation_label(operation: Operation) -> &'static str {
-    crate::metrics::operation_label(&format!("{operation:?}"))
+    use Operation::*;
+    match operation {
+        SendMessage => "SendMessage",
+        SendStreamingMessage => "SendStreamingMessage",
+        GetTask => "GetTask",
+        ListTasks => "ListTasks",
+        CancelTask => "CancelTask",
+        SubscribeToTask => "SubscribeToTask",
+        CreateTaskPushNotificationConfig => "CreateTaskPushNotificationConfig",
+        GetTaskPushNotificationConfig => "GetTaskPushNotificationConfig",
+        ListTaskPushNotificationConfigs => "ListTaskPushNotificationConfigs",
+        DeleteTaskPushNotificationConfig => "DeleteTaskPushNotificationConfig",
+        GetExtendedAgentCard => "GetExtendedAgentCard",
+    }
 }
 
 /// What a request brings for its proto request.

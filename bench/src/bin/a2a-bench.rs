@@ -15,7 +15,10 @@
 //! in one run holds on a noisy machine; an absolute figure does not), and
 //! prints each figure as a ratio to the bare server. It also measures what
 //! authentication costs (`--auth` with an API key, and with an RS256 JWT
-//! from the test key set) against the same server without it.
+//! from the test key set) against the same server without it, and what
+//! the JSON bindings cost against gRPC (`--binding jsonrpc|http-json`:
+//! the send, get and stream workloads over HTTP/1.1, and fan-out to SSE
+//! subscribers).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,6 +32,7 @@ use tokio::sync::Mutex;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use a2a_lifecycle::bindings::Binding;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{
     GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
@@ -122,6 +126,18 @@ struct Load {
     /// (SendMessageConfiguration.task_push_notification_config).
     #[arg(long)]
     webhook: Option<String>,
+    /// The binding the send, get and stream workloads (and fan-out's
+    /// subscribers) use: grpc, jsonrpc or http-json.
+    #[arg(long, default_value = "grpc", value_parser = parse_binding)]
+    binding: Binding,
+    /// The JSON bindings over HTTP/1.1 (a connection per request in
+    /// flight) instead of HTTP/2 over `--connections` connections.
+    #[arg(long)]
+    http1: bool,
+}
+
+fn parse_binding(name: &str) -> Result<Binding, String> {
+    Binding::parse(name).ok_or_else(|| format!("{name:?}: grpc, jsonrpc or http-json"))
 }
 
 #[derive(Args)]
@@ -184,6 +200,10 @@ struct SuiteArgs {
     /// Skip the cost of metrics and spans (the same server with each off).
     #[arg(long)]
     no_operability: bool,
+    /// Skip the JSON bindings' rows (JSON-RPC and HTTP+JSON against
+    /// gRPC on the same server).
+    #[arg(long)]
+    no_json: bool,
 }
 
 impl RunArgs {
@@ -320,15 +340,16 @@ async fn task_id_of(client: &mut Client, request: SendMessageRequest) -> Result<
 // ------------------------------------------------------------ workloads
 
 /// A closed loop of `op` calls; `op` returns the stream events it read.
-async fn closed_loop<F, Fut>(
-    clients: &[Client],
+async fn closed_loop<C, F, Fut>(
+    clients: &[C],
     load: &Load,
     server_pid: Option<u32>,
     op: F,
 ) -> Result<Outcome, AnyError>
 where
-    F: Fn(Client, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<u64, tonic::Status>> + Send,
+    C: Clone + Send + 'static,
+    F: Fn(C, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<u64, AnyError>> + Send,
 {
     let op = Arc::new(op);
     let counting = Arc::new(AtomicBool::new(false));
@@ -364,7 +385,7 @@ where
                 .await
                 .add(&local)
                 .expect("same histogram bounds");
-            Ok::<(), tonic::Status>(())
+            Ok::<(), AnyError>(())
         }));
     }
     tokio::time::sleep(load.warmup).await;
@@ -403,6 +424,9 @@ const ID_STRIDE: u64 = 7919;
 
 async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
     let clients = connect(&args.load, &args.target).await?;
+    if args.load.binding != Binding::Grpc && args.workload != Workload::Fanout {
+        return run_json_workload(args, &clients).await;
+    }
     let tenant = args.load.tenant.clone();
     let pid = args.server_pid;
     match args.workload {
@@ -419,7 +443,7 @@ async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
                             ..Default::default()
                         });
                 }
-                async move { c.send_message(req).await.map(|_| 0) }
+                async move { Ok(c.send_message(req).await.map(|_| 0)?) }
             })
             .await
         }
@@ -436,7 +460,7 @@ async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
                     id: ids[n as usize % ids.len()].clone(),
                     history_length: None,
                 };
-                async move { c.get_task(req).await.map(|_| 0) }
+                async move { Ok(c.get_task(req).await.map(|_| 0)?) }
             })
             .await
         }
@@ -460,6 +484,7 @@ async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
                 None => clients.clone(),
             };
             fanout(
+                &args.target,
                 &clients,
                 &senders,
                 &args.load,
@@ -471,6 +496,299 @@ async fn run_workload(args: &RunArgs) -> Result<Outcome, AnyError> {
         }
         Workload::CreateMany => create_many(&clients, &args.load, args.tasks, pid).await,
     }
+}
+
+// ------------------------------------------------------- JSON bindings
+
+/// A client of the JSON bindings: HTTP/1.1 (reqwest's pool keeps a
+/// connection per request in flight), bodies written and read as the
+/// server's ProtoJSON.
+#[derive(Clone)]
+struct JsonClient {
+    http: reqwest::Client,
+    base: String,
+    binding: Binding,
+    token: Option<String>,
+}
+
+impl JsonClient {
+    fn new(binding: Binding, target: &str, load: &Load) -> Result<Self, AnyError> {
+        let builder = reqwest::Client::builder().tcp_nodelay(true);
+        // HTTP/2 (prior knowledge, as gRPC's h2c): one connection per
+        // client; HTTP/1.1: a pooled connection per request in flight.
+        let builder = if load.http1 {
+            builder.pool_max_idle_per_host(load.concurrency.max(1))
+        } else {
+            builder.http2_prior_knowledge()
+        };
+        Ok(JsonClient {
+            http: builder.build()?,
+            base: target.trim_end_matches('/').to_owned(),
+            binding,
+            token: load.token.clone(),
+        })
+    }
+
+    /// The request of `method` (a JSON-RPC method; the HTTP+JSON route
+    /// of `rest`), `params` its ProtoJSON.
+    fn request(
+        &self,
+        method: &str,
+        rest: (&str, String),
+        params: String,
+    ) -> reqwest::RequestBuilder {
+        let builder = match self.binding {
+            Binding::JsonRpc => self
+                .http
+                .post(format!("{}/", self.base))
+                .header("content-type", "application/json")
+                .body(format!(
+                    r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#
+                )),
+            _ => {
+                let (verb, path) = rest;
+                let url = format!("{}{path}", self.base);
+                match verb {
+                    "GET" => self.http.get(url),
+                    _ => self
+                        .http
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body(params),
+                }
+            }
+        };
+        match &self.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    /// A unary call: its body, checked to be no error.
+    async fn call(
+        &self,
+        method: &str,
+        rest: (&str, String),
+        params: String,
+    ) -> Result<Vec<u8>, AnyError> {
+        let response = self.request(method, rest, params).send().await?;
+        let status = response.status();
+        let body = response.bytes().await?;
+        if !status.is_success() || (self.binding == Binding::JsonRpc && has_error(&body)) {
+            return Err(format!("{method}: {status} {}", String::from_utf8_lossy(&body)).into());
+        }
+        Ok(body.to_vec())
+    }
+
+    /// A streaming call's events (each `data:` as a StreamResponse), read
+    /// to the end, through `each`.
+    async fn stream(
+        &self,
+        method: &str,
+        rest: (&str, String),
+        params: String,
+        mut each: impl FnMut(Payload) -> bool,
+    ) -> Result<u64, AnyError> {
+        let mut response = self
+            .request(method, rest, params)
+            .header("accept", "text/event-stream")
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            return Err(format!("{method}: {}", response.status()).into());
+        }
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut events = 0;
+        while let Some(chunk) = response.chunk().await? {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = buffer.drain(..end + 2).collect();
+                let Some(data) = block
+                    .split(|b| *b == b'\n')
+                    .find_map(|line| line.strip_prefix(b"data: "))
+                else {
+                    continue;
+                };
+                let payload = self.payload(data)?;
+                events += 1;
+                if !each(payload) {
+                    return Ok(events);
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// The StreamResponse of one event: bare (HTTP+JSON) or a JSON-RPC
+    /// response's `result`.
+    fn payload(&self, data: &[u8]) -> Result<Payload, AnyError> {
+        let event: a2a_lifecycle::proto::StreamResponse = match self.binding {
+            Binding::JsonRpc => {
+                let value: serde_json::Value = serde_json::from_slice(data)?;
+                let result = value
+                    .get("result")
+                    .ok_or_else(|| format!("an error event: {value}"))?;
+                a2a_lifecycle::json::from_request_slice(result.to_string().as_bytes())?
+            }
+            _ => a2a_lifecycle::json::from_request_slice(data)?,
+        };
+        event.payload.ok_or_else(|| "an empty event".into())
+    }
+}
+
+fn has_error(body: &[u8]) -> bool {
+    body.windows(8).any(|w| w == b"\"error\":")
+}
+
+fn send_json(tenant: &str, text: &str, return_immediately: bool) -> String {
+    let tenant = if tenant.is_empty() {
+        String::new()
+    } else {
+        format!(r#""tenant":"{tenant}","#)
+    };
+    format!(
+        r#"{{{tenant}"message":{{"messageId":"{}","role":"ROLE_USER","parts":[{{"text":"{text}"}}]}},"configuration":{{"returnImmediately":{return_immediately}}}}}"#,
+        uuid::Uuid::new_v4()
+    )
+}
+
+fn tenant_path(tenant: &str, path: &str) -> String {
+    if tenant.is_empty() {
+        path.to_owned()
+    } else {
+        format!("/{tenant}{path}")
+    }
+}
+
+/// The send, get and stream workloads over a JSON binding.
+async fn run_json_workload(args: &RunArgs, grpc: &[Client]) -> Result<Outcome, AnyError> {
+    // As many connections as gRPC's runs use (HTTP/2), or a pool of them
+    // (HTTP/1.1).
+    let count = if args.load.http1 {
+        1
+    } else {
+        args.load.connections.max(1)
+    };
+    let clients = (0..count)
+        .map(|_| JsonClient::new(args.load.binding, &args.target, &args.load))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tenant = args.load.tenant.clone();
+    let pid = args.server_pid;
+    match args.workload {
+        Workload::Send | Workload::SendBlocking => {
+            let immediately = args.workload == Workload::Send;
+            closed_loop(&clients, &args.load, pid, move |c, _| {
+                let params = send_json(&tenant, "go", immediately);
+                let path = tenant_path(&tenant, "/message:send");
+                async move {
+                    c.call("SendMessage", ("POST", path), params)
+                        .await
+                        .map(|_| 0)
+                }
+            })
+            .await
+        }
+        Workload::Get => {
+            let mut ids = Vec::with_capacity(GET_TASKS);
+            let mut c = grpc[0].clone();
+            for _ in 0..GET_TASKS {
+                ids.push(task_id_of(&mut c, send_request(&tenant, "go", false)).await?);
+            }
+            let ids = Arc::new(ids);
+            closed_loop(&clients, &args.load, pid, move |c, n| {
+                let id = ids[n as usize % ids.len()].clone();
+                let params = if tenant.is_empty() {
+                    format!(r#"{{"id":"{id}"}}"#)
+                } else {
+                    format!(r#"{{"tenant":"{tenant}","id":"{id}"}}"#)
+                };
+                let path = tenant_path(&tenant, &format!("/tasks/{id}"));
+                async move { c.call("GetTask", ("GET", path), params).await.map(|_| 0) }
+            })
+            .await
+        }
+        Workload::Stream => {
+            closed_loop(&clients, &args.load, pid, move |c, _| {
+                let params = send_json(&tenant, "go", false);
+                let path = tenant_path(&tenant, "/message:stream");
+                async move {
+                    c.stream("SendStreamingMessage", ("POST", path), params, |_| true)
+                        .await
+                }
+            })
+            .await
+        }
+        other => Err(format!("{other:?} runs over gRPC only").into()),
+    }
+}
+
+/// [`fanout_round`] with the subscribers on a JSON binding's event
+/// stream (the task sent over gRPC).
+async fn json_fanout_round(
+    json: &JsonClient,
+    senders: &[Client],
+    tenant: &str,
+    subscribers: usize,
+    updates: u32,
+) -> Result<Outcome, AnyError> {
+    let mut c = senders[0].clone();
+    let text = format!("fanout:{updates}:{FANOUT_WAIT_MS}:0");
+    let id = task_id_of(&mut c, send_request(tenant, &text, true)).await?;
+    let first_event: Arc<std::sync::Mutex<Option<Instant>>> = Default::default();
+    let mut handles = Vec::new();
+    for _ in 0..subscribers {
+        let json = json.clone();
+        let first_event = first_event.clone();
+        let params = if tenant.is_empty() {
+            format!(r#"{{"id":"{id}"}}"#)
+        } else {
+            format!(r#"{{"tenant":"{tenant}","id":"{id}"}}"#)
+        };
+        let path = tenant_path(tenant, &format!("/tasks/{id}:subscribe"));
+        handles.push(tokio::spawn(async move {
+            let (mut next, mut received, mut complete) = (1u32, 0u64, false);
+            let read = json
+                .stream("SubscribeToTask", ("POST", path), params, |payload| {
+                    let (n, terminal) = sequence(&payload);
+                    if let Some(n) = n {
+                        if n == 1 {
+                            first_event.lock().unwrap().get_or_insert_with(Instant::now);
+                        }
+                        if n != next {
+                            return false;
+                        }
+                        next += 1;
+                        received += 1;
+                    }
+                    if terminal {
+                        complete = next == updates + 1;
+                        return false;
+                    }
+                    true
+                })
+                .await;
+            (received, read.is_ok() && complete)
+        }));
+    }
+    let mut events = 0;
+    let mut lost = 0;
+    for h in handles {
+        let (received, complete) = h.await?;
+        events += received;
+        if !complete {
+            lost += 1;
+        }
+    }
+    let end = Instant::now();
+    let start = first_event.lock().unwrap().unwrap_or(end);
+    Ok(Outcome {
+        requests: 1,
+        events,
+        lost,
+        subscriptions: subscribers as u64,
+        elapsed: end.duration_since(start).max(Duration::from_micros(1)),
+        ..Default::default()
+    })
 }
 
 /// The sequence number an update carries (the bench agent's and the bare
@@ -519,6 +837,7 @@ fn sequence(payload: &Payload) -> (Option<u32>, bool) {
 /// events, losses and delivery time (first update to last subscriber done)
 /// of every round added up; CPU over all of them.
 async fn fanout(
+    target: &str,
     clients: &[Client],
     senders: &[Client],
     load: &Load,
@@ -530,8 +849,17 @@ async fn fanout(
     let start = Instant::now();
     let mut total = Outcome::default();
     let mut rounds = 0;
+    let json = match load.binding {
+        Binding::Grpc => None,
+        binding => Some(JsonClient::new(binding, target, load)?),
+    };
     while rounds < FANOUT_MIN_ROUNDS || start.elapsed() < load.duration {
-        let round = fanout_round(clients, senders, &load.tenant, subscribers, updates).await?;
+        let round = match &json {
+            None => fanout_round(clients, senders, &load.tenant, subscribers, updates).await?,
+            Some(json) => {
+                json_fanout_round(json, senders, &load.tenant, subscribers, updates).await?
+            }
+        };
         total.requests += 1;
         total.events += round.events;
         total.lost += round.lost;
@@ -819,6 +1147,9 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         |server: &Server, workload: Workload| RunArgs::against(server, workload, args.load.clone());
     let mut rows = Vec::new();
     let mut json = Vec::new();
+    // This server's CPU per gRPC request by workload: the JSON bindings'
+    // rows are measured against it.
+    let mut grpc_cpu: Vec<(Workload, f64)> = Vec::new();
     for (workload, name, target) in [
         (Workload::Get, "GetTask", 1.10),
         (Workload::Send, "SendMessage (non-blocking)", 1.30),
@@ -848,6 +1179,7 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         }
         let ratio = median(r);
         let ratio_tuned = median(rt);
+        grpc_cpu.push((workload, median(o.clone())));
         json.push(format!(
             "{{\"name\":\"{name}\",\"ratio\":{ratio:.3},\"ratio_tuned\":{ratio_tuned:.3},\"bare\":{},\"ours\":{}}}",
             outcome_json("bare", &last_b),
@@ -917,6 +1249,11 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         json.push(format!(
             "{{\"name\":\"fanout\",\"subscribers\":{n},\"updates\":200,\"ratio\":{ratio:.3},\"ratio_tuned\":{ratio_tuned:.3},\"lost\":{lost},\"subscriptions\":{subs}}}"
         ));
+    }
+    if !args.no_json {
+        let (json_rows, json_json) = json_bindings_cost(args, &ours, &grpc_cpu).await?;
+        rows.extend(json_rows);
+        json.extend(json_json);
     }
     drop(ours);
     drop(tuned);
@@ -1046,6 +1383,106 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
     }
     println!("{{\"suite\":[{}]}}", json.join(","));
     Ok(())
+}
+
+/// The JSON bindings against gRPC on the same server: server CPU per
+/// request for GetTask, a non-blocking send and a streamed send over
+/// JSON-RPC and HTTP+JSON (HTTP/1.1), as a ratio to the same workload's
+/// gRPC figure of this run (target: at most 1.5); and fan-out to 64 SSE
+/// subscribers, which must lose no event.
+async fn json_bindings_cost(
+    args: &SuiteArgs,
+    ours: &Server,
+    grpc_cpu: &[(Workload, f64)],
+) -> Result<(Vec<Row>, Vec<String>), AnyError> {
+    let mut rows = Vec::new();
+    let mut json = Vec::new();
+    for (binding, label) in [
+        (Binding::JsonRpc, "JSON-RPC"),
+        (Binding::HttpJson, "HTTP+JSON"),
+    ] {
+        for (workload, name) in [
+            (Workload::Get, "GetTask"),
+            (Workload::Send, "SendMessage (non-blocking)"),
+            (Workload::Stream, "SendStreamingMessage"),
+        ] {
+            let grpc = grpc_cpu
+                .iter()
+                .find(|(w, _)| *w == workload)
+                .map_or(f64::NAN, |(_, cpu)| *cpu);
+            let mut cpus = Vec::new();
+            let mut last = Outcome::default();
+            for round in 1..=args.rounds {
+                let mut load = args.load.clone();
+                load.binding = binding;
+                let outcome = run_workload(&RunArgs::against(ours, workload, load)).await?;
+                let cpu = outcome.cpu_us_per_request().unwrap_or(f64::NAN);
+                eprintln!(
+                    "round {round} {label} {name}: {:.0} req/s {cpu:.1} µs CPU/req (gRPC {grpc:.1})",
+                    outcome.rate()
+                );
+                cpus.push(cpu);
+                last = outcome;
+            }
+            let cpu = median(cpus);
+            let ratio = cpu / grpc;
+            rows.push(Row {
+                name: format!("{label}: {name}"),
+                bare: grpc,
+                tuned: f64::NAN,
+                ours: cpu,
+                unit: "µs CPU/req (gRPC vs this binding)",
+                ratio,
+                ratio_tuned: f64::NAN,
+                target: "<= 1.50 of gRPC".into(),
+                ok: ratio <= 1.5,
+                extra: format!(
+                    "{:.0} req/s, p50 {} µs, p99 {} µs",
+                    last.rate(),
+                    last.p50_us,
+                    last.p99_us
+                ),
+            });
+            json.push(format!(
+                "{{\"name\":\"{} {name}\",\"ratio_to_grpc\":{ratio:.3}}}",
+                binding.name()
+            ));
+        }
+        let (mut rates, mut lost, mut subs) = (Vec::new(), 0, 0);
+        for _ in 1..=args.rounds {
+            let mut load = args.load.clone();
+            load.binding = binding;
+            let mut run = RunArgs::against(ours, Workload::Fanout, load);
+            run.subscribers = 64;
+            run.updates = 200;
+            let outcome = run_workload(&run).await?;
+            let rate = outcome.events as f64 / outcome.elapsed.as_secs_f64();
+            eprintln!(
+                "{label} fan-out N=64: {rate:.0} events/s, lost {}",
+                outcome.lost
+            );
+            rates.push(rate);
+            lost += outcome.lost;
+            subs += outcome.subscriptions;
+        }
+        rows.push(Row {
+            name: format!("{label}: fan-out N=64, K=200 over SSE"),
+            bare: f64::NAN,
+            tuned: f64::NAN,
+            ours: median(rates),
+            unit: "events/s",
+            ratio: f64::NAN,
+            ratio_tuned: f64::NAN,
+            target: "none lost".into(),
+            ok: lost == 0,
+            extra: format!("lost {lost} of {subs} subscriptions"),
+        });
+        json.push(format!(
+            "{{\"name\":\"{} fanout\",\"lost\":{lost},\"subscriptions\":{subs}}}",
+            binding.name()
+        ));
+    }
+    Ok((rows, json))
 }
 
 /// The key sets the test suite uses (`tests/fixtures/auth`): the bench's
