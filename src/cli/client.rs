@@ -299,10 +299,7 @@ impl Client {
                 .into_inner()),
             Binding::JsonRpc => self.rpc("CreateTaskPushNotificationConfig", &req).await,
             Binding::HttpJson => {
-                let path = tenanted(
-                    &req.tenant,
-                    &format!("/tasks/{}/pushNotificationConfigs", segment(&req.task_id)),
-                );
+                let path = push_path(&req.tenant, &req.task_id, None);
                 self.rest(Method::POST, path, Some(&req)).await
             }
         }
@@ -320,14 +317,7 @@ impl Client {
                 .into_inner()),
             Binding::JsonRpc => self.rpc("GetTaskPushNotificationConfig", &req).await,
             Binding::HttpJson => {
-                let path = tenanted(
-                    &req.tenant,
-                    &format!(
-                        "/tasks/{}/pushNotificationConfigs/{}",
-                        segment(&req.task_id),
-                        segment(&req.id)
-                    ),
-                );
+                let path = push_path(&req.tenant, &req.task_id, Some(&req.id));
                 self.rest(Method::GET, path, None::<&Task>).await
             }
         }
@@ -350,10 +340,7 @@ impl Client {
                     query.add_opt("pageSize", Some(req.page_size));
                 }
                 query.add_str("pageToken", &req.page_token);
-                let path = tenanted(
-                    &req.tenant,
-                    &format!("/tasks/{}/pushNotificationConfigs", segment(&req.task_id)),
-                );
+                let path = push_path(&req.tenant, &req.task_id, None);
                 self.rest(Method::GET, query.on(path), None::<&Task>).await
             }
         }
@@ -373,14 +360,7 @@ impl Client {
                 .await
                 .map(drop),
             Binding::HttpJson => {
-                let path = tenanted(
-                    &req.tenant,
-                    &format!(
-                        "/tasks/{}/pushNotificationConfigs/{}",
-                        segment(&req.task_id),
-                        segment(&req.id)
-                    ),
-                );
+                let path = push_path(&req.tenant, &req.task_id, Some(&req.id));
                 self.exchange(Method::DELETE, path, None).await.map(drop)
             }
         }
@@ -690,6 +670,15 @@ fn tenanted(tenant: &str, path: &str) -> String {
         path.to_owned()
     } else {
         format!("/{}{path}", segment(tenant))
+    }
+}
+
+/// A task's push configs, or one of them (spec §11.3.3).
+fn push_path(tenant: &str, task_id: &str, id: Option<&str>) -> String {
+    let configs = format!("/tasks/{}/pushNotificationConfigs", segment(task_id));
+    match id {
+        Some(id) => tenanted(tenant, &format!("{configs}/{}", segment(id))),
+        None => tenanted(tenant, &configs),
     }
 }
 
