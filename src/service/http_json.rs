@@ -26,7 +26,6 @@ use prost::{Message, Name};
 use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, Value};
 use tracing::Instrument;
 
-use super::jsonrpc::sse_response;
 use super::web::{
     A2A_JSON, CallRecord, HttpBindings, call_context, decode_component, error_details,
     form_urlencoded, http_status, read_body, with_challenge,
@@ -684,7 +683,7 @@ fn stream(events: EventStream, mut record: CallRecord, keepalive: std::time::Dur
         }
         record.end(None);
     };
-    sse_response(frames, keepalive)
+    sse::response(frames, keepalive)
 }
 
 #[cfg(test)]

@@ -25,7 +25,6 @@
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderValue, StatusCode, header};
 use prost::{Message, Name};
@@ -33,7 +32,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 
-use super::sse::{self, KeepAlive};
+use super::sse;
 use super::web::{
     BodyError, CallRecord, HttpBindings, call_context, decode_component, error_details, read_body,
     with_challenge,
@@ -504,23 +503,7 @@ fn stream(
         }
         record.end(None);
     };
-    sse_response(frames, keepalive)
-}
-
-/// A `text/event-stream` response of `frames`, kept alive when idle.
-pub(crate) fn sse_response(
-    frames: impl futures_util::Stream<Item = Bytes> + Send + 'static,
-    keepalive: std::time::Duration,
-) -> Response {
-    let body = Body::from_stream(KeepAlive::new(Box::pin(frames), keepalive));
-    let mut response = Response::new(body);
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(sse::CONTENT_TYPE),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+    sse::response(frames, keepalive)
 }
 
 #[cfg(test)]

@@ -8,8 +8,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::response::Response;
 use bytes::Bytes;
 use futures_util::Stream;
+use http::{HeaderValue, header};
 use tokio::time::{Instant, Sleep};
 
 /// The comment line sent on an idle stream (SSE: a line starting with a
@@ -96,6 +99,19 @@ where
             this.timer.as_mut().reset(due);
         }
     }
+}
+
+/// A `text/event-stream` response of `frames`, kept alive when idle.
+pub fn response(
+    frames: impl futures_util::Stream<Item = Bytes> + Send + 'static,
+    keepalive: std::time::Duration,
+) -> Response {
+    let body = Body::from_stream(KeepAlive::new(Box::pin(frames), keepalive));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
 }
 
 #[cfg(test)]
