@@ -25,6 +25,14 @@ pub static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
 #[error("{0}")]
 pub struct JsonError(String);
 
+impl JsonError {
+    /// An error of the JSON layer that is not the codec's own (a JSON
+    /// library around it, a missing descriptor).
+    pub fn from_display(error: &impl std::fmt::Display) -> Self {
+        JsonError(error.to_string())
+    }
+}
+
 fn descriptor<M: Name>() -> Result<MessageDescriptor, JsonError> {
     POOL.get_message_by_name(&M::full_name())
         .ok_or_else(|| JsonError(format!("no descriptor for {}", M::full_name())))

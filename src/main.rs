@@ -17,6 +17,7 @@ use a2a_lifecycle::agent::demo::{DefaultAgent, Deployer, demo_router_with};
 use a2a_lifecycle::bindings::{Binding, BindingSet};
 use a2a_lifecycle::connections;
 use a2a_lifecycle::discovery::DiscoveryConfig;
+use a2a_lifecycle::discovery::signing::{self, CardSigner};
 use a2a_lifecycle::json;
 use a2a_lifecycle::lifecycle::{TransitionPolicy, parse_state_name};
 use a2a_lifecycle::metrics::Metrics;
@@ -199,6 +200,20 @@ enum Command {
         /// the JSON bindings (CORS); repeatable. None by default.
         #[arg(long = "cors-origin", value_name = "ORIGIN")]
         cors_origins: Vec<String>,
+        /// Sign every agent card served (public, per tenant, extended)
+        /// with this PEM private key (spec §8.4): ES256 (P-256), ES384
+        /// (P-384), RS256 (RSA, 2048 bits or more) or EdDSA (Ed25519).
+        /// `a2a-lifecycle jwks PEM` prints the public key to publish.
+        #[arg(long, value_name = "PEM")]
+        card_signing_key: Option<std::path::PathBuf>,
+        /// The `kid` of the signatures' protected header; by default the
+        /// key's RFC 7638 thumbprint.
+        #[arg(long, value_name = "KID", requires = "card_signing_key")]
+        card_signing_kid: Option<String>,
+        /// A `jku` for the protected header: the URL where verifiers find
+        /// the public key set.
+        #[arg(long, value_name = "URL", requires = "card_signing_key")]
+        card_signing_jku: Option<String>,
         /// Principals and JWT issuer (TOML; README, Security): every A2A
         /// call must then authenticate with `authorization: Bearer ...`.
         #[arg(long)]
@@ -310,6 +325,22 @@ enum Command {
         target: Target,
         #[arg(long)]
         extended: bool,
+        /// Check the card's signatures (spec §8.4.3) against this JWK set
+        /// (a JSON file `{"keys": [...]}`): exit 0 and name the one that
+        /// verifies, or exit 1 with why none does.
+        #[arg(long, value_name = "JWKS_FILE")]
+        verify: Option<std::path::PathBuf>,
+    },
+    /// Print the public JWK set of a card signing key (`serve
+    /// --card-signing-key`): what to publish for verifiers, and what
+    /// `card --verify` reads.
+    Jwks {
+        /// The PEM private key.
+        key: std::path::PathBuf,
+        /// The key id, as given to `serve --card-signing-kid`; by default
+        /// the key's thumbprint (the same default as `serve`).
+        #[arg(long)]
+        kid: Option<String>,
     },
     /// Stream a task's events.
     Subscribe {
@@ -535,6 +566,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             extended_card,
             bindings,
             cors_origins,
+            card_signing_key,
+            card_signing_kid,
+            card_signing_jku,
             auth,
             insecure_open,
             tls_cert,
@@ -587,6 +621,17 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             let extended_card = extended_card
                 .map(|path| DiscoveryConfig::read_extended_card(&path))
                 .transpose()?;
+            let signer = card_signing_key
+                .map(|path| CardSigner::from_file(&path, card_signing_kid, card_signing_jku))
+                .transpose()?
+                .map(|signer| {
+                    tracing::info!(
+                        kid = signer.kid(),
+                        algorithm = ?signer.algorithm(),
+                        "signing the agent cards"
+                    );
+                    std::sync::Arc::new(signer)
+                });
             let store = open_store(&store, lease)
                 .await
                 .map_err(|e| e as Box<dyn std::error::Error>)?;
@@ -627,6 +672,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     // Set from `tls` when the server starts.
                     tls: false,
                     cors_origins,
+                    signer,
                 },
                 connections: connections.limits(),
                 auth,
@@ -762,7 +808,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 print_line(&event?)?;
             }
         }
-        Command::Card { target, extended } => {
+        Command::Jwks { key, kid } => {
+            let signer = CardSigner::from_file(&key, kid, None)?;
+            println!("{}", serde_json::to_string_pretty(&signer.jwks())?);
+        }
+        Command::Card {
+            target,
+            extended,
+            verify,
+        } => {
             let card = if extended {
                 target
                     .client()
@@ -775,7 +829,25 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 let (channel, _) = target.channel().await?;
                 cli::client::public_card(channel, &target.tenant).await?
             };
+            // An unverified card is not printed: a script reading stdout
+            // must not take it for a checked one.
+            let verified = verify
+                .map(|path| {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    let keys: jsonwebtoken::jwk::JwkSet = serde_json::from_str(&text)
+                        .map_err(|e| format!("{}: not a JWK set: {e}", path.display()))?;
+                    signing::verify(&card, &keys)
+                        .map_err(|e| format!("the card's signatures do not verify: {e}"))
+                })
+                .transpose()?;
             print_pretty(&card)?;
+            if let Some(v) = verified {
+                eprintln!(
+                    "verified: signature {} (kid {:?}, {}) over {}",
+                    v.index, v.kid, v.algorithm, v.form
+                );
+            }
         }
         Command::Top {
             target,

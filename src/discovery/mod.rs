@@ -18,7 +18,9 @@
 //!   card accepts (spec §3.3.2, [`InputModes`]);
 //! - GetExtendedAgentCard (spec §3.1.11): the `--extended-card` file, given
 //!   the same server-filled fields as the public card, and refused at start
-//!   when it contradicts them.
+//!   when it contradicts them;
+//! - signing every card it serves with `--card-signing-key` (spec §8.4,
+//!   [`signing`]), with an ETag over the unsigned card.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -37,6 +39,8 @@ use crate::content::InputModes;
 use crate::error::A2aError;
 use crate::json::{self, JsonError};
 use crate::proto::{AgentCapabilities, AgentCard, AgentInterface, AgentProvider, Message};
+
+pub mod signing;
 
 /// The protocol version this interface serves (spec §3.6).
 pub const PROTOCOL_VERSION: &str = "1.0";
@@ -104,6 +108,9 @@ pub struct DiscoveryConfig {
     /// `--cors-origin`: the browser origins the JSON bindings answer
     /// (preflight and CORS headers); none by default.
     pub cors_origins: Vec<String>,
+    /// `--card-signing-key`: every card served (public, per tenant,
+    /// extended) carries this key's signatures (spec §8.4).
+    pub signer: Option<Arc<signing::CardSigner>>,
 }
 
 /// What the cards declare of the server's authentication.
@@ -206,6 +213,8 @@ struct Published {
 pub enum CardError {
     #[error(transparent)]
     Json(#[from] JsonError),
+    #[error(transparent)]
+    Signing(#[from] signing::SigningError),
     /// The `--extended-card` file contradicts what the server fills in on
     /// the public card (spec §3.1.11: clients replace the public card with
     /// the extended one, so both must say the same about these fields).
@@ -297,7 +306,7 @@ impl Cards {
             // What the server offers, whatever the agent said: with push
             // off, the RPCs answer PUSH_NOTIFICATION_NOT_SUPPORTED.
             capabilities.push_notifications = Some(config.push);
-            let extended = match &config.extended_card {
+            let mut extended = match &config.extended_card {
                 Some(file) if tenant.is_empty() => {
                     capabilities.extended_agent_card = Some(true);
                     let mut extended = complete_extended_card(file.clone(), &card)?;
@@ -323,10 +332,27 @@ impl Cards {
                     "the agent's card declares no input modes: every message to it is refused"
                 );
             }
-            let body = bytes::Bytes::from(json::to_string_pretty(&card)?);
+            // The tag names the card's content, not its bytes: it is taken
+            // before signing, so a new signature (another key, another
+            // start) keeps clients' cached copies valid, and it is weak
+            // (RFC 9110 §8.8.1) because the signed bytes may differ.
+            // Signatures the agent or the extended card file brought cover
+            // a card the server has since filled in (interfaces, provider,
+            // capabilities): they could not verify, so they go.
+            card.signatures.clear();
+            if let Some(extended) = &mut extended {
+                extended.signatures.clear();
+            }
             let mut hasher = DefaultHasher::new();
-            body.hash(&mut hasher);
-            let etag = format!("\"{:016x}\"", hasher.finish());
+            json::to_string(&card)?.hash(&mut hasher);
+            let etag = format!("W/\"{:016x}\"", hasher.finish());
+            if let Some(signer) = &config.signer {
+                signer.sign(&mut card)?;
+                if let Some(extended) = &mut extended {
+                    signer.sign(extended)?;
+                }
+            }
+            let body = bytes::Bytes::from(json::to_string_pretty(&card)?);
             by_tenant.insert(
                 tenant,
                 Published {
