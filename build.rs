@@ -30,19 +30,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // HTTP+JSON binding reads its routes from the `google.api.http`
     // annotations (prost's descriptor types would drop them as unknown
     // fields).
-    fs::write(
-        out_dir.join("a2a_descriptor.bin"),
-        compiler.encode_file_descriptor_set(),
-    )?;
+    let encoded = compiler.encode_file_descriptor_set();
+    fs::write(out_dir.join("a2a_descriptor.bin"), &encoded)?;
     let fds = compiler.file_descriptor_set();
 
-    // Type names (`prost::Name`) let the ProtoJSON encoder find each
-    // message's descriptor in the same set.
+    // The well-known types are the project's own (`src/wkt.rs`): the same
+    // wire form as prost-types', with the serde (ProtoJSON) impls the
+    // generated codec below needs. `Empty` stays `()`.
+    const WELL_KNOWN: [(&str, &str); 5] = [
+        (".google.protobuf.Timestamp", "crate::wkt::Timestamp"),
+        (".google.protobuf.Struct", "crate::wkt::Struct"),
+        (".google.protobuf.Value", "crate::wkt::Value"),
+        (".google.protobuf.ListValue", "crate::wkt::ListValue"),
+        (".google.protobuf.NullValue", "crate::wkt::NullValue"),
+    ];
+
+    // Type names (`prost::Name`) let the ProtoJSON code find each
+    // message's descriptor in the same set (HTTP+JSON routes, card
+    // canonicalization).
     let mut config = tonic_prost_build::Config::new();
     config.enable_type_names();
+    for (proto, rust) in WELL_KNOWN {
+        config.extern_path(proto, rust);
+    }
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
         .compile_fds_with_config(fds, config)?;
+
+    // ProtoJSON (spec §5.5) as generated serde impls: camelCase names
+    // (the original names accepted too), enum names, 64-bit integers as
+    // strings, bytes as base64, unknown fields refused.
+    let mut json = pbjson_build::Builder::new();
+    json.register_descriptors(&encoded)?.out_dir(&out_dir);
+    for (proto, rust) in WELL_KNOWN {
+        json.extern_path(proto, rust);
+    }
+    json.build(&[".lf.a2a.v1"])?;
     Ok(())
 }

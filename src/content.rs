@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn kinds_imply_media_types() {
-        let data = Content::Data(prost_types::Value::from(1.0));
+        let data = Content::Data(crate::wkt::Value::from(1.0));
         assert_eq!(
             part_media_type(&part(Content::Text("t".into()), "")),
             Some(("text/plain", false))

@@ -1,17 +1,24 @@
 //! ProtoJSON (spec §5.5) for every JSON the project reads or writes.
 //!
-//! One encoder, driven by the descriptor set `build.rs` writes: a message
-//! is re-read as a prost-reflect `DynamicMessage` of its own descriptor and
-//! serialized by prost-reflect's serde support, so field names (camelCase
-//! `json_name`), enum names, well-known types (`Struct`, `Timestamp`) and
-//! `oneof`s follow the protobuf JSON mapping without hand-written JSON.
+//! The codec is generated: `build.rs` has pbjson-build write serde impls
+//! for every `lf.a2a.v1` message from the same descriptors the prost
+//! types come from, so field names (camelCase `json_name`), enum names,
+//! 64-bit integers as strings, bytes as base64, proto3 `optional`
+//! presence and `oneof`s follow the protobuf JSON mapping without
+//! hand-written JSON, and a message is written straight from its struct
+//! (no transcoding on the request path). The well-known types' forms are
+//! in `crate::wkt`.
+//!
+//! The descriptor pool stays for what needs reflection: the HTTP+JSON
+//! routes and query parameters, card canonicalization, and reading
+//! operator-written files strictly ([`from_str`]).
 
 use std::sync::LazyLock;
 
 use prost::{Message, Name};
-use prost_reflect::{
-    DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions,
-};
+use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::proto::FILE_DESCRIPTOR_SET;
 
@@ -38,42 +45,26 @@ fn descriptor<M: Name>() -> Result<MessageDescriptor, JsonError> {
         .ok_or_else(|| JsonError(format!("no descriptor for {}", M::full_name())))
 }
 
-fn dynamic<M: Message + Name>(message: &M) -> Result<DynamicMessage, JsonError> {
-    DynamicMessage::decode(descriptor::<M>()?, message.encode_to_vec().as_slice())
-        .map_err(|e| JsonError(e.to_string()))
-}
-
 /// The ProtoJSON value of `message` (fields at their default are left out).
-pub fn to_value<M: Message + Name>(message: &M) -> Result<serde_json::Value, JsonError> {
-    let dynamic = dynamic(message)?;
-    dynamic
-        .serialize_with_options(serde_json::value::Serializer, &SerializeOptions::new())
-        .map_err(|e| JsonError(e.to_string()))
+pub fn to_value<M: Serialize>(message: &M) -> Result<serde_json::Value, JsonError> {
+    serde_json::to_value(message).map_err(|e| JsonError(e.to_string()))
 }
 
 /// `message` as indented ProtoJSON text, fields in proto order.
-pub fn to_string_pretty<M: Message + Name>(message: &M) -> Result<String, JsonError> {
-    let mut out = Vec::new();
-    let mut serializer = serde_json::Serializer::pretty(&mut out);
-    dynamic(message)?
-        .serialize_with_options(&mut serializer, &SerializeOptions::new())
-        .map_err(|e| JsonError(e.to_string()))?;
-    String::from_utf8(out).map_err(|e| JsonError(e.to_string()))
+pub fn to_string_pretty<M: Serialize>(message: &M) -> Result<String, JsonError> {
+    serde_json::to_string_pretty(message).map_err(|e| JsonError(e.to_string()))
 }
 
 /// `message` as one line of ProtoJSON text, fields in proto order.
-pub fn to_string<M: Message + Name>(message: &M) -> Result<String, JsonError> {
-    let mut out = Vec::new();
-    let mut serializer = serde_json::Serializer::new(&mut out);
-    dynamic(message)?
-        .serialize_with_options(&mut serializer, &SerializeOptions::new())
-        .map_err(|e| JsonError(e.to_string()))?;
-    String::from_utf8(out).map_err(|e| JsonError(e.to_string()))
+pub fn to_string<M: Serialize>(message: &M) -> Result<String, JsonError> {
+    serde_json::to_string(message).map_err(|e| JsonError(e.to_string()))
 }
 
-/// Reads a message from ProtoJSON text. Accepts both camelCase and the
-/// proto field names, and enum names or numbers, as ProtoJSON parsers must;
-/// unknown fields are an error.
+/// Reads a message from ProtoJSON text that the operator wrote (a card
+/// file, a CLI argument): camelCase or proto field names, enum names or
+/// numbers, as ProtoJSON parsers must; an unknown field is an error, so
+/// a typo is reported rather than ignored. Through the descriptors, as
+/// the generated codec ignores unknown fields.
 pub fn from_str<M: Message + Name + Default>(text: &str) -> Result<M, JsonError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let dynamic = DynamicMessage::deserialize(descriptor::<M>()?, &mut de)
@@ -83,18 +74,26 @@ pub fn from_str<M: Message + Name + Default>(text: &str) -> Result<M, JsonError>
 }
 
 /// `message` as compact ProtoJSON bytes, appended to `out`.
-pub fn write<M: Message + Name>(message: &M, out: &mut Vec<u8>) -> Result<(), JsonError> {
-    let mut serializer = serde_json::Serializer::new(out);
-    dynamic(message)?
-        .serialize_with_options(&mut serializer, &SerializeOptions::new())
-        .map_err(|e| JsonError(e.to_string()))
+pub fn write<M: Serialize>(message: &M, out: &mut Vec<u8>) -> Result<(), JsonError> {
+    serde_json::to_writer(out, message).map_err(|e| JsonError(e.to_string()))
 }
 
 /// Reads a request from a client's ProtoJSON: field names camelCase or as
 /// in the proto, enums by name or number, 64-bit integers as numbers or
 /// strings, bytes as base64; unknown fields are ignored (spec §5.7:
 /// implementations SHOULD ignore unrecognized fields).
-pub fn from_request_slice<M: Message + Name + Default>(bytes: &[u8]) -> Result<M, JsonError> {
+///
+/// The generated codec reads what clients send; what it refuses is read
+/// again through the descriptors, which also take what ProtoJSON allows
+/// and the generated code does not (`null` for a field at its default),
+/// and whose error names the offending field the same way on every
+/// input. Only refused or unusual bodies pay for the second reading.
+pub fn from_request_slice<M: DeserializeOwned + Message + Name + Default>(
+    bytes: &[u8],
+) -> Result<M, JsonError> {
+    if let Ok(message) = serde_json::from_slice(bytes) {
+        return Ok(message);
+    }
     let dynamic = dynamic_from_request(descriptor::<M>()?, bytes)?;
     M::decode(dynamic.encode_to_vec().as_slice()).map_err(|e| JsonError(e.to_string()))
 }

@@ -24,6 +24,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod telemetry;
+pub mod wkt;
 
 /// README's Rust examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

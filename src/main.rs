@@ -266,10 +266,10 @@ enum Command {
         /// The request's metadata, a JSON object (SendMessageRequest.metadata),
         /// handed to the agent.
         #[arg(long, value_parser = parse_metadata)]
-        metadata: Option<prost_types::Struct>,
+        metadata: Option<a2a_lifecycle::wkt::Struct>,
         /// The message's own metadata, a JSON object (Message.metadata).
         #[arg(long, value_parser = parse_metadata)]
-        message_metadata: Option<prost_types::Struct>,
+        message_metadata: Option<a2a_lifecycle::wkt::Struct>,
         /// A media type the client accepts in the answer
         /// (accepted_output_modes); repeat for several.
         #[arg(long = "accept")]
@@ -313,7 +313,7 @@ enum Command {
         /// The request's metadata, a JSON object (CancelTaskRequest.metadata),
         /// handed to the agent's cancel hook.
         #[arg(long, value_parser = parse_metadata)]
-        metadata: Option<prost_types::Struct>,
+        metadata: Option<a2a_lifecycle::wkt::Struct>,
         id: String,
     },
     /// Print the agent card: the public one (`GET
@@ -978,17 +978,13 @@ async fn push_command(command: PushCommand) -> Result<(), Box<dyn std::error::Er
 }
 
 /// A response as indented ProtoJSON (spec §5.5).
-fn print_pretty<M: prost::Message + prost::Name>(
-    message: &M,
-) -> Result<(), Box<dyn std::error::Error>> {
+fn print_pretty<M: serde::Serialize>(message: &M) -> Result<(), Box<dyn std::error::Error>> {
     write_out(&json::to_string_pretty(message)?)
 }
 
 /// A stream event as one line of ProtoJSON (JSON Lines, for `jq` and
 /// scripts).
-fn print_line<M: prost::Message + prost::Name>(
-    message: &M,
-) -> Result<(), Box<dyn std::error::Error>> {
+fn print_line<M: serde::Serialize>(message: &M) -> Result<(), Box<dyn std::error::Error>> {
     write_out(&json::to_string(message)?)
 }
 
@@ -1040,7 +1036,7 @@ struct Retain(Option<Duration>);
 /// `--metadata '{"k": "v"}'`: a JSON object, read as ProtoJSON reads a
 /// `google.protobuf.Struct` (through the request message that holds one,
 /// so the same descriptor-driven decoder does it).
-fn parse_metadata(text: &str) -> Result<prost_types::Struct, String> {
+fn parse_metadata(text: &str) -> Result<a2a_lifecycle::wkt::Struct, String> {
     let wrapped = format!("{{\"metadata\": {text}}}");
     let request: SendMessageRequest = a2a_lifecycle::json::from_str(&wrapped)
         .map_err(|e| format!("metadata must be a JSON object: {e}"))?;

@@ -4,6 +4,7 @@
 #![allow(clippy::all, missing_docs)]
 
 tonic::include_proto!("lf.a2a.v1");
+include!(concat!(env!("OUT_DIR"), "/lf.a2a.v1.serde.rs"));
 
 /// The encoded `FileDescriptorSet` of `a2a.proto` and everything it imports,
 /// served by gRPC reflection (v1 and v1alpha).

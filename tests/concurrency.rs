@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use a2a_lifecycle::wkt::{Struct, Value, value::Kind};
 use async_trait::async_trait;
-use prost_types::{Struct, Value, value::Kind};
 use tokio::sync::{Notify, Semaphore};
 use tonic::Code;
 

@@ -15,7 +15,7 @@ use a2a_lifecycle::proto::{
     stream_response::Payload,
 };
 use a2a_lifecycle::runtime::RuntimeConfig;
-use prost_types::value::Kind;
+use a2a_lifecycle::wkt::value::Kind;
 use support::*;
 
 async fn conformance_server() -> TestServer {
@@ -570,9 +570,9 @@ async fn the_card_accepts_every_part_kind_the_kit_sends() {
     );
 
     let mut client = server.client().await;
-    let data = prost_types::Value::from(std::collections::BTreeMap::from([(
+    let data = a2a_lifecycle::wkt::Value::from(std::collections::BTreeMap::from([(
         "key".to_owned(),
-        prost_types::Value::from("value"),
+        a2a_lifecycle::wkt::Value::from("value"),
     )]));
     let parts = [
         (Content::Text("Hello from TCK".into()), ""),

@@ -40,7 +40,7 @@ fn raw() -> Content {
 }
 
 fn data() -> Content {
-    Content::Data(prost_types::Value::from(42.0))
+    Content::Data(a2a_lifecycle::wkt::Value::from(42.0))
 }
 
 /// A user message with `parts`.

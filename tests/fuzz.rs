@@ -4,8 +4,8 @@
 //! failure is reproduced by running the test again; `A2A_FUZZ_ITERATIONS`
 //! runs it longer (`A2A_FUZZ_SEED` picks another sequence).
 
+use a2a_lifecycle::wkt::Timestamp;
 use prost::Message as _;
-use prost_types::Timestamp;
 
 use a2a_lifecycle::lifecycle::{
     ArtifactUpdate, StatusUpdate, TaskEvent, TaskRecord, TransitionPolicy, parse_state_name,
@@ -69,7 +69,7 @@ fn part(rng: &mut Rng) -> Part {
         1 => Some(Content::Text(rng.text())),
         2 => Some(Content::Raw(rng.bytes(16))),
         3 => Some(Content::Url(rng.id())),
-        _ => Some(Content::Data(prost_types::Value::default())),
+        _ => Some(Content::Data(a2a_lifecycle::wkt::Value::default())),
     };
     Part {
         content,

@@ -429,6 +429,26 @@ async fn oversized_malformed_and_non_json_bodies() {
     extra["message"]["alsoNew"] = json!(true);
     let answer = http.rest("POST", "/message:send", Some(extra)).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
+    // ProtoJSON: `null` is a field at its default, for scalars, messages,
+    // lists and enums alike; inside a Struct it is a null value, kept.
+    let mut nulls = json!({"message": message("run the tests"), "configuration": null});
+    nulls["message"]["taskId"] = json!(null);
+    nulls["message"]["referenceTaskIds"] = json!(null);
+    nulls["message"]["extensions"] = json!(null);
+    nulls["message"]["metadata"] = json!({"kept": null, "n": 42});
+    let answer = http.rest("POST", "/message:send", Some(nulls)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let task_id = answer.body["task"]["id"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    let task = http.rest("GET", &format!("/tasks/{task_id}"), None).await;
+    assert_eq!(
+        task.body["history"][0]["metadata"],
+        json!({"kept": null, "n": 42}),
+        "{:?}",
+        task.body
+    );
     server.stop().await;
 }
 

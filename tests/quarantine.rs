@@ -14,7 +14,7 @@ use a2a_lifecycle::lifecycle::TaskRecord;
 use a2a_lifecycle::proto::{ListTasksRequest, Message, TaskState};
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
 use a2a_lifecycle::store::{SqliteStore, TaskStore};
-use prost_types::Timestamp;
+use a2a_lifecycle::wkt::Timestamp;
 
 fn scratch_db() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))

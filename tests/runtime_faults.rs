@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use a2a_lifecycle::wkt::Timestamp;
 use async_trait::async_trait;
-use prost_types::Timestamp;
 use tonic::Code;
 
 use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};

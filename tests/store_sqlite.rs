@@ -38,7 +38,7 @@ mod origin_log {
     use a2a_lifecycle::proto::{Message, TaskState};
     use a2a_lifecycle::store::sqlite::writer::ORIGIN_LOG_MIN;
     use a2a_lifecycle::store::{SqliteStore, StoreError, TaskStore};
-    use prost_types::Timestamp;
+    use a2a_lifecycle::wkt::Timestamp;
 
     /// A COMPLETED task created by `message_id`, old enough to purge.
     pub(super) fn record(id: &str, message_id: &str) -> TaskRecord {

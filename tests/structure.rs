@@ -149,14 +149,21 @@ fn top_level_modules_depend_on_each_other_in_one_direction() {
     }
     // The layering this keeps, lowest first (README's architecture notes).
     assert!(
-        graph["lifecycle"].iter().all(|m| m == "proto"),
-        "the lifecycle core depends only on the protocol types: {:?}",
+        graph["lifecycle"]
+            .iter()
+            .all(|m| m == "proto" || m == "wkt"),
+        "the lifecycle core depends only on the protocol types (and the well-known ones): {:?}",
         graph["lifecycle"]
     );
     assert!(
         !graph["agent"].contains("runtime") && !graph["agent"].contains("service"),
         "the agent API stands alone: {:?}",
         graph["agent"]
+    );
+    assert!(
+        graph.get("wkt").is_none_or(BTreeSet::is_empty),
+        "the well-known types stand alone: {:?}",
+        graph["wkt"]
     );
     if let Some(cycle) = find_cycle(&graph) {
         panic!("module cycle: {}", cycle.join(" -> "));
@@ -187,6 +194,11 @@ fn the_runtimes_parts_depend_on_each_other_in_one_direction() {
                 .collect(),
         );
     }
+    assert!(
+        graph.get("wkt").is_none_or(BTreeSet::is_empty),
+        "the well-known types stand alone: {:?}",
+        graph["wkt"]
+    );
     if let Some(cycle) = find_cycle(&graph) {
         panic!("runtime cycle: {}", cycle.join(" -> "));
     }

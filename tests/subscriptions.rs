@@ -36,10 +36,10 @@ impl AgentExecutor for GatedAgent {
         let _permit = self.gate.acquire().await.expect("gate closed");
         for i in 1..=self.updates {
             // Padding travels in the event metadata, not in the text.
-            let metadata = (self.pad > 0).then(|| prost_types::Struct {
+            let metadata = (self.pad > 0).then(|| a2a_lifecycle::wkt::Struct {
                 fields: [(
                     "pad".to_string(),
-                    prost_types::Value::from(" ".repeat(self.pad)),
+                    a2a_lifecycle::wkt::Value::from(" ".repeat(self.pad)),
                 )]
                 .into(),
             });

@@ -134,7 +134,7 @@ pub struct RequestContext {
     /// The request's own metadata (spec §3.2.5): `SendMessageRequest.metadata`
     /// for a run, `CancelTaskRequest.metadata` for the cancel hook. The
     /// message's metadata is `message.metadata`.
-    pub metadata: Option<prost_types::Struct>,
+    pub metadata: Option<crate::wkt::Struct>,
     /// `SendMessageConfiguration.accepted_output_modes` (spec §3.2.2): the
     /// media types the client accepts in responses; empty means any.
     pub accepted_output_modes: Vec<String>,

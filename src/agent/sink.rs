@@ -127,7 +127,7 @@ impl EventSink {
     /// replaces the task's value for it; a null value removes the key. It is
     /// stored with the task and shown by every later read or snapshot; it
     /// is not a stream event.
-    pub async fn task_metadata(&self, metadata: prost_types::Struct) -> Result<(), SinkError> {
+    pub async fn task_metadata(&self, metadata: crate::wkt::Struct) -> Result<(), SinkError> {
         self.target.emit(TaskEvent::Metadata(metadata)).await
     }
 

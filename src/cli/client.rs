@@ -16,7 +16,6 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use http::{Method, header};
 use http_body_util::BodyExt;
-use prost::{Message, Name};
 use serde_json::Value;
 use tonic::transport::Channel;
 use tower::ServiceExt;
@@ -313,7 +312,10 @@ impl Client {
         Ok(bytes)
     }
 
-    async fn rest<Req: Message + Name, Resp: Message + Name + Default>(
+    async fn rest<
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned + prost::Message + prost::Name + Default,
+    >(
         &mut self,
         method: Method,
         path: String,
@@ -327,7 +329,7 @@ impl Client {
         json::from_request_slice(&bytes).map_err(CallError::protocol)
     }
 
-    async fn rest_stream<Req: Message + Name>(
+    async fn rest_stream<Req: serde::Serialize>(
         &mut self,
         method: Method,
         path: String,
@@ -357,7 +359,7 @@ impl Client {
         }))
     }
 
-    fn envelope<Req: Message + Name>(
+    fn envelope<Req: serde::Serialize>(
         &mut self,
         method: &str,
         req: &Req,
@@ -372,7 +374,7 @@ impl Client {
     }
 
     /// A JSON-RPC call's `result`, as JSON.
-    async fn rpc_value<Req: Message + Name>(
+    async fn rpc_value<Req: serde::Serialize>(
         &mut self,
         method: &str,
         req: &Req,
@@ -399,7 +401,10 @@ impl Client {
             .ok_or_else(|| CallError::protocol("a JSON-RPC response without result or error"))
     }
 
-    async fn rpc<Req: Message + Name, Resp: Message + Name + Default>(
+    async fn rpc<
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned + prost::Message + prost::Name + Default,
+    >(
         &mut self,
         method: &str,
         req: &Req,
@@ -408,7 +413,7 @@ impl Client {
         json::from_request_slice(result.to_string().as_bytes()).map_err(CallError::protocol)
     }
 
-    async fn rpc_stream<Req: Message + Name>(
+    async fn rpc_stream<Req: serde::Serialize>(
         &mut self,
         method: &str,
         req: &Req,

@@ -18,7 +18,7 @@
 //! Each successful [`TaskRecord::apply`] returns the stream event that
 //! describes the change, so what subscribers see is exactly what was applied.
 
-use prost_types::{Struct, Timestamp};
+use crate::wkt::{Struct, Timestamp};
 
 use super::transition::{TransitionError, TransitionPolicy};
 use crate::proto::{
@@ -202,7 +202,7 @@ impl TaskRecord {
                 Ok(None)
             }
             TaskEvent::Metadata(update) => {
-                use prost_types::value::Kind;
+                use crate::wkt::value::Kind;
                 let fields = &mut self
                     .task
                     .metadata
@@ -595,7 +595,7 @@ mod tests {
 
     /// A metadata struct: `None` values are JSON null.
     fn meta(pairs: &[(&str, Option<&str>)]) -> Struct {
-        use prost_types::{Value, value::Kind};
+        use crate::wkt::{Value, value::Kind};
         Struct {
             fields: pairs
                 .iter()
@@ -871,7 +871,7 @@ mod tests {
             ..Default::default()
         };
         chunk.metadata = Some(Struct {
-            fields: [("k".to_string(), prost_types::Value::from(1.0))].into(),
+            fields: [("k".to_string(), crate::wkt::Value::from(1.0))].into(),
         });
         let ev = TaskEvent::Artifact(ArtifactUpdate {
             artifact: chunk,

@@ -95,7 +95,7 @@ pub const MAX_QUEUED_MESSAGES: usize = 32;
 pub(crate) struct RunRequest {
     pub(crate) agent: Arc<dyn AgentExecutor>,
     pub(crate) message: Message,
-    pub(crate) metadata: Option<prost_types::Struct>,
+    pub(crate) metadata: Option<crate::wkt::Struct>,
     pub(crate) accepted_output_modes: Vec<String>,
     /// The send's push notification config (see
     /// [`super::MessageRequest::push_config`]); taken before a run starts.

@@ -81,7 +81,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
-use prost_types::{Struct, Timestamp};
+use crate::wkt::{Struct, Timestamp};
 use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 

@@ -483,7 +483,7 @@ enum Answer {
 
 /// The proto request of `input`: the body, then the path variables and
 /// the query parameters.
-fn request<M: Message + Name + Default + super::Tenanted>(
+fn request<M: Message + Name + Default + serde::de::DeserializeOwned + super::Tenanted>(
     input: &Input<'_>,
 ) -> Result<M, A2aError> {
     let body_given = input.route.body && !input.body.iter().all(u8::is_ascii_whitespace);
@@ -601,7 +601,7 @@ fn scalar(field: &FieldDescriptor, text: &str) -> Result<Value, String> {
             },
         },
         Kind::Message(m) if m.full_name() == "google.protobuf.Timestamp" => {
-            let ts = prost_types::Timestamp::from_str(text).map_err(|_| {
+            let ts = crate::wkt::Timestamp::from_str(text).map_err(|_| {
                 format!("{text:?} is not an RFC 3339 timestamp (2025-11-09T10:30:00Z)")
             })?;
             Value::Message(
@@ -623,7 +623,7 @@ async fn dispatch(
     input: Input<'_>,
 ) -> Result<Answer, A2aError> {
     use Operation::*;
-    fn encoded<M: Message + Name>(message: M) -> Result<Answer, A2aError> {
+    fn encoded<M: serde::Serialize>(message: M) -> Result<Answer, A2aError> {
         let mut out = Vec::with_capacity(256);
         json::write(&message, &mut out).map_err(|e| A2aError::Internal(e.to_string()))?;
         Ok(Answer::Result(out))

@@ -310,7 +310,7 @@ enum Answer {
 }
 
 /// `params` as the operation's request, with the endpoint's tenant.
-fn params<M: Message + Name + Default + super::Tenanted>(
+fn params<M: Message + Name + Default + serde::de::DeserializeOwned + super::Tenanted>(
     request: &Request<'_>,
     path_tenant: &str,
 ) -> Result<M, A2aError> {
@@ -323,7 +323,7 @@ fn params<M: Message + Name + Default + super::Tenanted>(
     Ok(decoded)
 }
 
-fn encoded<M: Message + Name>(response: Result<M, A2aError>) -> Answer {
+fn encoded<M: serde::Serialize>(response: Result<M, A2aError>) -> Answer {
     match response {
         Ok(message) => {
             let mut out = Vec::with_capacity(256);

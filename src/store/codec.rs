@@ -116,7 +116,7 @@ mod tests {
                 role: Role::User as i32,
                 ..Default::default()
             },
-            prost_types::Timestamp {
+            crate::wkt::Timestamp {
                 seconds: 5,
                 nanos: 6,
             },

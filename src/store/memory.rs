@@ -18,8 +18,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::RwLock;
 
+use crate::wkt::Timestamp;
 use async_trait::async_trait;
-use prost_types::Timestamp;
 
 use std::sync::Arc;
 

@@ -21,8 +21,8 @@ pub mod sqlite;
 
 use std::sync::Arc;
 
+use crate::wkt::Timestamp;
 use async_trait::async_trait;
-use prost_types::Timestamp;
 
 pub use cursor::Cursor;
 pub use memory::MemoryStore;

@@ -3,7 +3,7 @@
 
 use a2a_lifecycle::proto::{Artifact, Message, Part, Role, TaskState, part::Content};
 use a2a_lifecycle::store::{ListQuery, StoredTask};
-use prost_types::Struct;
+use a2a_lifecycle::wkt::Struct;
 
 use super::Store;
 use super::helpers::{

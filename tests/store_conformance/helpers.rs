@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use a2a_lifecycle::lifecycle::{HistoryLength, TaskRecord};
 use a2a_lifecycle::proto::{Artifact, Message, Part, Role, Task, TaskState, part::Content};
 use a2a_lifecycle::store::{Cursor, ListQuery, MAX_PAGE_SIZE, StoredTask, TaskPage};
-use prost_types::value::Kind;
-use prost_types::{ListValue, NullValue, Struct, Timestamp, Value};
+use a2a_lifecycle::wkt::value::Kind;
+use a2a_lifecycle::wkt::{ListValue, NullValue, Struct, Timestamp, Value};
 
 use super::Store;
 

@@ -3,7 +3,7 @@
 
 use a2a_lifecycle::proto::TaskState;
 use a2a_lifecycle::store::ListQuery;
-use prost_types::Timestamp;
+use a2a_lifecycle::wkt::Timestamp;
 
 use super::Store;
 use super::helpers::{

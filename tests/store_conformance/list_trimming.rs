@@ -4,7 +4,7 @@
 use a2a_lifecycle::lifecycle::{HistoryLength, TaskRecord};
 use a2a_lifecycle::proto::{Artifact, Role, Task, TaskState};
 use a2a_lifecycle::store::{ListQuery, StoredTask};
-use prost_types::Timestamp;
+use a2a_lifecycle::wkt::Timestamp;
 
 use super::Store;
 use super::helpers::{

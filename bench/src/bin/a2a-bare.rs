@@ -35,10 +35,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use a2a_lifecycle::server::UnvectoredTcp;
+use a2a_lifecycle::wkt::Timestamp;
 use clap::Parser;
 use futures_util::Stream;
 use futures_util::stream::{self, StreamExt};
-use prost_types::Timestamp;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;

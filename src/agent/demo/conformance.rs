@@ -150,10 +150,10 @@ fn part(output: Output) -> Part {
         },
         Data => Part {
             // A JSON object, the kit's `{"key": "value", "count": 42}`.
-            content: Some(Content::Data(prost_types::Value::from(
+            content: Some(Content::Data(crate::wkt::Value::from(
                 std::collections::BTreeMap::from([
-                    ("key".to_owned(), prost_types::Value::from("value")),
-                    ("count".to_owned(), prost_types::Value::from(42.0)),
+                    ("key".to_owned(), crate::wkt::Value::from("value")),
+                    ("count".to_owned(), crate::wkt::Value::from(42.0)),
                 ]),
             ))),
             media_type: "application/json".into(),

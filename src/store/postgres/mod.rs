@@ -24,9 +24,9 @@ mod writer;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wkt::Timestamp;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use prost_types::Timestamp;
 use tokio::sync::broadcast;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;

@@ -24,8 +24,8 @@ pub mod writer;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::wkt::Timestamp;
 use async_trait::async_trait;
-use prost_types::Timestamp;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
