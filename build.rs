@@ -21,8 +21,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // set too: reflection clients such as grpcurl need every dependency to
     // resolve `lf.a2a.v1` types.
     let mut compiler = protox::Compiler::new(["proto"])?;
+    // `a2a_v0_3.proto` is the protocol's previous version (package
+    // `a2a.v1`), unchanged from a2aproject/A2A at a8b45dcc, the revision
+    // the official 0.3 SDKs were generated from; it has its own file name
+    // because one descriptor pool cannot hold two `a2a.proto`. Its types
+    // serve 0.3 clients at the edge (`src/service/v0_3`).
     compiler.include_imports(true).open_files([
         "a2a.proto",
+        "a2a_v0_3.proto",
         "google/rpc/error_details.proto",
         "google/rpc/status.proto",
     ])?;
@@ -66,6 +72,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (proto, rust) in WELL_KNOWN {
         json.extern_path(proto, rust);
     }
-    json.build(&[".lf.a2a.v1"])?;
+    json.build(&[".lf.a2a.v1", ".a2a.v1"])?;
     Ok(())
 }

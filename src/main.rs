@@ -206,6 +206,11 @@ enum Command {
         /// `a2a-lifecycle jwks PEM` prints the public key to publish.
         #[arg(long, value_name = "PEM")]
         card_signing_key: Option<std::path::PathBuf>,
+        /// Serve protocol 1.0 only: no 0.3 methods or card fields, and a
+        /// request without `A2A-Version` (a 0.3 client's, spec §3.6.2) is
+        /// VersionNotSupported.
+        #[arg(long = "no-v0-3")]
+        no_v0_3: bool,
         /// The `kid` of the signatures' protected header; by default the
         /// key's RFC 7638 thumbprint.
         #[arg(long, value_name = "KID", requires = "card_signing_key")]
@@ -567,6 +572,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             bindings,
             cors_origins,
             card_signing_key,
+            no_v0_3,
             card_signing_kid,
             card_signing_jku,
             auth,
@@ -673,6 +679,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     tls: false,
                     cors_origins,
                     signer,
+                    no_v0_3,
                 },
                 connections: connections.limits(),
                 auth,

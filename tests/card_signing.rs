@@ -86,15 +86,25 @@ async fn signed_server(signer: Arc<CardSigner>) -> TestServer {
     .await
 }
 
-async fn public_cards(server: &TestServer) -> Vec<(String, AgentCard)> {
+/// Each tenant's public card: as 1.0 reads it, and the body as served
+/// (with the 0.3 fields beside the 1.0 ones).
+async fn served_cards(server: &TestServer) -> Vec<(String, AgentCard, String)> {
     let mut cards = Vec::new();
     for tenant in TENANTS {
         let response = http_get(server.addr, &card_path(tenant), &[]).await;
         assert_eq!(response.status, 200, "{tenant:?}");
-        let card: AgentCard = json::from_str(&response.body).unwrap();
-        cards.push((format!("public card {tenant:?}"), card));
+        let card = support::card_1_0(&response.body);
+        cards.push((format!("public card {tenant:?}"), card, response.body));
     }
     cards
+}
+
+async fn public_cards(server: &TestServer) -> Vec<(String, AgentCard)> {
+    served_cards(server)
+        .await
+        .into_iter()
+        .map(|(what, card, _)| (what, card))
+        .collect()
 }
 
 async fn extended_cards(server: &TestServer) -> Vec<(String, AgentCard)> {
@@ -108,10 +118,10 @@ async fn extended_cards(server: &TestServer) -> Vec<(String, AgentCard)> {
     .into_inner();
     let http = Http::new(server.addr);
     let rpc = http.rpc("GetExtendedAgentCard", json!({})).await;
-    let rpc: AgentCard = json::from_str(&rpc.result().to_string()).unwrap();
+    let rpc: AgentCard = support::card_1_0(&rpc.result().to_string());
     let rest = http.rest("GET", "/extendedAgentCard", None).await;
     assert_eq!(rest.status, 200, "{:?}", rest.body);
-    let rest: AgentCard = json::from_str(&rest.body.to_string()).unwrap();
+    let rest: AgentCard = support::card_1_0(&rest.body.to_string());
     vec![
         ("extended card over gRPC".into(), grpc),
         ("extended card over JSON-RPC".into(), rpc),
@@ -326,8 +336,16 @@ async fn the_python_sdk_verifier_accepts_every_card() {
         let jwks = scratch("jwks.json");
         std::fs::write(&jwks, serde_json::to_vec(&signer.jwks()).unwrap()).unwrap();
         let server = signed_server(signer.clone()).await;
-        let mut cards = public_cards(&server).await;
-        cards.extend(extended_cards(&server).await);
+        // The public cards as served (0.3 fields and all), the extended
+        // ones as each binding answers them.
+        let mut bodies: Vec<String> = served_cards(&server)
+            .await
+            .into_iter()
+            .map(|(_, _, body)| body)
+            .collect();
+        for (_, card) in extended_cards(&server).await {
+            bodies.push(json::to_string(&card).unwrap());
+        }
         // The plain demo cards too: one signature, no empty values.
         let plain = TestServer::start_discovery(
             Arc::new(MemoryStore::new()),
@@ -339,13 +357,14 @@ async fn the_python_sdk_verifier_accepts_every_card() {
             },
         )
         .await;
-        cards.extend(public_cards(&plain).await);
+        bodies.extend(served_cards(&plain).await.into_iter().map(|(_, _, b)| b));
         let mut args = vec![script.clone(), jwks];
-        for (i, (_, card)) in cards.iter().enumerate() {
+        for (i, body) in bodies.iter().enumerate() {
             let path = scratch(&format!("card-{i}.json"));
-            std::fs::write(&path, json::to_string(card).unwrap()).unwrap();
+            std::fs::write(&path, body).unwrap();
             args.push(path);
         }
+        let cards = bodies;
         let out = Command::new(&python).args(&args).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);

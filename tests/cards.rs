@@ -15,7 +15,6 @@ use a2a_lifecycle::agent::{
     AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext, basic_card,
 };
 use a2a_lifecycle::discovery::DiscoveryConfig;
-use a2a_lifecycle::json;
 use a2a_lifecycle::proto::{
     AgentCard, AgentExtension, GetExtendedAgentCardRequest, GetTaskRequest, SubscribeToTaskRequest,
     TaskState,
@@ -36,7 +35,7 @@ async fn start(agents: AgentRouter, discovery: DiscoveryConfig) -> TestServer {
 }
 
 fn decode_card(body: &str) -> AgentCard {
-    json::from_str(body).unwrap_or_else(|e| panic!("not an AgentCard ({e}): {body}"))
+    card_1_0(body)
 }
 
 /// An agent whose card is `card`; it completes every task at once.

@@ -562,8 +562,7 @@ async fn the_card_accepts_every_part_kind_the_kit_sends() {
     let server = conformance_server().await;
     let response = http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
     assert_eq!(response.status, 200, "{}", response.body);
-    let card: a2a_lifecycle::proto::AgentCard =
-        a2a_lifecycle::json::from_str(&response.body).unwrap();
+    let card = support::card_1_0(&response.body);
     assert_eq!(
         card.default_input_modes,
         ["text/plain", "application/json", "application/octet-stream"]

@@ -309,13 +309,20 @@ async fn the_json_bindings_never_panic_or_answer_5xx() {
         std::time::Duration::from_secs(60),
     ))
     .router();
-    const METHODS: [&str; 6] = [
+    const METHODS: [&str; 12] = [
         "SendMessage",
         "GetTask",
         "ListTasks",
         "CancelTask",
         "GetExtendedAgentCard",
         "Nope",
+        // Protocol 0.3's, read by their own decoder.
+        "message/send",
+        "tasks/get",
+        "tasks/cancel",
+        "tasks/pushNotificationConfig/set",
+        "tasks/pushNotificationConfig/get",
+        "agent/getAuthenticatedExtendedCard",
     ];
     const PATHS: [&str; 9] = [
         "/",

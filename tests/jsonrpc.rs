@@ -239,7 +239,7 @@ async fn every_error_code_with_its_error_info() {
         assert_eq!(code, -32600, "{why}: {:?}", answer.body);
     }
     // -32601: no such method; the id is echoed.
-    let answer = http.rpc("message/send", json!({})).await;
+    let answer = http.rpc("message/frobnicate", json!({})).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.rpc_code(), -32601);
     assert_eq!(answer.reason(), "METHOD_NOT_FOUND");

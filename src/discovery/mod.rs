@@ -41,6 +41,7 @@ use crate::json::{self, JsonError};
 use crate::proto::{AgentCapabilities, AgentCard, AgentInterface, AgentProvider, Message};
 
 pub mod signing;
+pub mod v0_3;
 
 /// The protocol version this interface serves (spec §3.6).
 pub const PROTOCOL_VERSION: &str = "1.0";
@@ -52,6 +53,8 @@ pub const VERSION_METADATA: &str = "a2a-version";
 /// The service parameter listing the extensions a request uses (spec
 /// §3.2.6).
 pub const EXTENSIONS_METADATA: &str = "a2a-extensions";
+/// The same, as protocol 0.3 clients send it.
+pub const LEGACY_EXTENSIONS_METADATA: &str = "x-a2a-extensions";
 
 /// A call's A2A service parameters (spec §3.2.6), as its binding carried
 /// them: gRPC metadata or HTTP headers, names case-insensitive.
@@ -70,9 +73,11 @@ impl ServiceParameters {
             version: headers
                 .get(VERSION_METADATA)
                 .map(|v| v.to_str().unwrap_or("").to_owned()),
+            // 0.3 clients name it `X-A2A-Extensions`: both are read.
             extensions: headers
                 .get_all(EXTENSIONS_METADATA)
                 .iter()
+                .chain(headers.get_all(LEGACY_EXTENSIONS_METADATA).iter())
                 .filter_map(|v| v.to_str().ok())
                 .flat_map(|v| v.split(','))
                 .map(str::trim)
@@ -111,6 +116,9 @@ pub struct DiscoveryConfig {
     /// `--card-signing-key`: every card served (public, per tenant,
     /// extended) carries this key's signatures (spec §8.4).
     pub signer: Option<Arc<signing::CardSigner>>,
+    /// Protocol 0.3 is not served (`--no-v0-3`): the cards carry no 0.3
+    /// fields.
+    pub no_v0_3: bool,
 }
 
 /// What the cards declare of the server's authentication.
@@ -239,6 +247,8 @@ impl std::fmt::Debug for CardError {
 pub struct Cards {
     by_tenant: HashMap<String, Published>,
     last_modified: SystemTime,
+    /// Protocol 0.3 is served beside 1.0 (not `--no-v0-3`).
+    v0_3: bool,
 }
 
 impl Cards {
@@ -352,7 +362,16 @@ impl Cards {
                     signer.sign(extended)?;
                 }
             }
-            let body = bytes::Bytes::from(json::to_string_pretty(&card)?);
+            // The 0.3 interface is the JSON-RPC endpoint (`/` or
+            // `/{tenant}`): 0.3 has no tenant field, the path carries it.
+            let jsonrpc_url = (!config.no_v0_3
+                && config.bindings.contains(crate::bindings::Binding::JsonRpc))
+            .then(|| format!("{http_url}/{tenant}"));
+            let mut value = json::to_value(&card)?;
+            v0_3::add_fields(&mut value, &card, jsonrpc_url.as_deref());
+            let body =
+                serde_json::to_string_pretty(&value).map_err(|e| JsonError::from_display(&e))?;
+            let body = bytes::Bytes::from(body);
             by_tenant.insert(
                 tenant,
                 Published {
@@ -371,7 +390,14 @@ impl Cards {
             // HTTP dates have whole seconds; a sub-second start time would
             // make every If-Modified-Since look older than the card.
             last_modified: truncate_to_seconds(SystemTime::now()),
+            v0_3: !config.no_v0_3,
         })
+    }
+
+    /// Whether protocol 0.3 is served (spec §3.6.2: else a request
+    /// without `A2A-Version`, a 0.3 one, is VersionNotSupported).
+    pub fn serves_v0_3(&self) -> bool {
+        self.v0_3
     }
 
     /// The public card of `tenant`'s agent.
@@ -446,7 +472,19 @@ impl Cards {
         tenant: &str,
         streaming: bool,
     ) -> Result<Option<&Published>, A2aError> {
-        check_version(params.version.as_deref())?;
+        match params.version.as_deref() {
+            // Spec §3.6.2: no version, or an empty one, is 0.3. While 0.3
+            // is served, a 1.0 operation without one is served as 1.0
+            // (the operation's name already says which version it is,
+            // and 1.0 clients that leave the header out exist); without
+            // 0.3, the request is refused as the spec says.
+            None | Some("") if !self.v0_3 => {
+                return Err(A2aError::VersionNotSupported {
+                    requested: "0.3".into(),
+                });
+            }
+            version => check_version(version)?,
+        }
         let Some(published) = self.by_tenant.get(tenant) else {
             // The same answer on every RPC: a tenant no agent serves is a
             // bad argument, not an empty list or a missing task.
@@ -708,7 +746,8 @@ mod tests {
         let mut m = http::HeaderMap::new();
         m.append(EXTENSIONS_METADATA, "urn:a, urn:b".parse().unwrap());
         m.append("A2A-Extensions", "urn:c".parse().unwrap());
+        m.append("X-A2A-Extensions", "urn:d".parse().unwrap());
         let declared = ServiceParameters::from_headers(&m).extensions;
-        assert_eq!(declared, ["urn:a", "urn:b", "urn:c"]);
+        assert_eq!(declared, ["urn:a", "urn:b", "urn:c", "urn:d"]);
     }
 }

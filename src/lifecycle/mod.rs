@@ -21,6 +21,6 @@ pub use apply::{
     TaskRecord,
 };
 pub use history::{HistoryLength, HistoryLengthError};
-pub use names::{StateNameError, parse_state_name, state_name};
+pub use names::{StateNameError, parse_state_name, state_name, v03_state_name};
 pub use state::{StateClass, StateError, classify, state_from_i32};
 pub use transition::{TransitionError, TransitionPolicy};

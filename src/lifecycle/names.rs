@@ -35,6 +35,16 @@ pub fn state_name(state: TaskState) -> &'static str {
     state.as_str_name()
 }
 
+/// The 0.3 name of a state (`input-required`), for 0.3 clients; `unknown`
+/// for UNSPECIFIED, as 0.3 calls a state it cannot name.
+pub fn v03_state_name(state: TaskState) -> &'static str {
+    V03_NAMES
+        .iter()
+        .find(|(_, s)| *s == state)
+        .map(|(n, _)| *n)
+        .unwrap_or("unknown")
+}
+
 /// Parses a state name: the ProtoJSON name or a 0.3 kebab-case name.
 pub fn parse_state_name(name: &str) -> Result<TaskState, StateNameError> {
     let state = TaskState::from_str_name(name)
@@ -64,6 +74,7 @@ mod tests {
     fn v03_names_are_accepted_on_input() {
         for (name, state) in V03_NAMES {
             assert_eq!(parse_state_name(name), Ok(state));
+            assert_eq!(v03_state_name(state), name);
             // The 0.3 name maps to the state whose ProtoJSON name ends in it.
             let suffix = name.replace('-', "_").to_uppercase();
             assert!(state_name(state).ends_with(&suffix), "{name}");

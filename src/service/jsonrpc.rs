@@ -37,7 +37,7 @@ use super::web::{
     BodyError, CallRecord, HttpBindings, call_context, decode_component, error_details, read_body,
     with_challenge,
 };
-use super::{A2aApi, Binding, CallContext, EventStream};
+use super::{A2aApi, Binding, CallContext, EventStream, v0_3};
 use crate::error::A2aError;
 use crate::json;
 
@@ -134,28 +134,33 @@ pub async fn serve(
         Err(refusal) => return *refusal,
     };
     let id = request.id.to_owned();
-    let mut record = bindings.observe(
-        Binding::JsonRpc,
-        crate::metrics::operation_label(request.method),
-    );
+    let mut record = bindings.observe(Binding::JsonRpc, request.operation());
     let span = crate::telemetry::rpc_span(|| record.method(), "jsonrpc", call.trace.as_ref());
     let keepalive = bindings.keepalive();
     let answer = dispatch(bindings.api(), &call, &path_tenant, &request)
         .instrument(span)
         .await;
+    // Without 0.3 (`--no-v0-3`) a 0.3 method is answered in 1.0 terms.
+    let v03 = request.v03() && bindings.api().cards().serves_v0_3();
     match answer {
         Answer::Result(result) => {
             record.end(None);
             respond(StatusCode::OK, result_body(&id, &result))
         }
-        Answer::Stream(events) => stream(events, id, record, keepalive),
+        Answer::Stream(events) => stream(events, id, record, keepalive, false),
+        Answer::Stream03(events) => stream(events, id, record, keepalive, true),
         Answer::Error(err) => {
             // A streaming call refused before its first event is answered
-            // like a unary one (`application/json`): the official clients
-            // read a JSON body in place of an event stream as the call's
-            // one response.
+            // like a unary one (`application/json`): the official 1.0
+            // clients read a JSON body in place of an event stream as the
+            // call's one response. The 0.3 client reads a stream's
+            // errors only as events.
             record.end(Some(&err));
-            error_response(&id, &err)
+            if v03 && request.streaming() {
+                let frame = sse::frame(&error_body_code(&id, v0_3::convert::code(&err), &err));
+                return sse::response(futures_util::stream::iter([frame]), keepalive);
+            }
+            error_response(&id, &err, v03)
         }
     }
 }
@@ -205,10 +210,7 @@ async fn batch(
                     &not_a_request("streaming methods cannot be batched"),
                 ),
                 Ok(request) => {
-                    let mut record = bindings.observe(
-                        Binding::JsonRpc,
-                        crate::metrics::operation_label(request.method),
-                    );
+                    let mut record = bindings.observe(Binding::JsonRpc, request.operation());
                     match dispatch(bindings.api(), call, path_tenant, &request).await {
                         Answer::Result(result) => {
                             record.end(None);
@@ -216,9 +218,12 @@ async fn batch(
                         }
                         Answer::Error(err) => {
                             record.end(Some(&err));
-                            error_body(request.id, &err)
+                            let v03 = request.v03() && bindings.api().cards().serves_v0_3();
+                            error_body(request.id, &err, v03)
                         }
-                        Answer::Stream(_) => unreachable!("streaming methods are refused above"),
+                        Answer::Stream(_) | Answer::Stream03(_) => {
+                            unreachable!("streaming methods are refused above")
+                        }
                     }
                 }
             },
@@ -281,7 +286,11 @@ impl<'a> Request<'a> {
                     "params",
                     "params must be an object: the operation's request",
                 );
-                return Err(Box::new(error_response(id, &err)));
+                return Err(Box::new(error_response(
+                    id,
+                    &err,
+                    v0_3::jsonrpc::operation(method).is_some(),
+                )));
             }
         };
         Ok(Request { id, method, params })
@@ -289,6 +298,21 @@ impl<'a> Request<'a> {
 
     fn streaming(&self) -> bool {
         matches!(self.method, "SendStreamingMessage" | "SubscribeToTask")
+            || v0_3::jsonrpc::streaming(self.method)
+    }
+
+    /// A 0.3 method (`message/send`): served by `v0_3`, answered in 0.3
+    /// form and codes.
+    fn v03(&self) -> bool {
+        v0_3::jsonrpc::operation(self.method).is_some()
+    }
+
+    /// The operation's metrics label: a 0.3 method counts as the 1.0
+    /// operation it becomes.
+    fn operation(&self) -> &'static str {
+        crate::metrics::operation_label(
+            v0_3::jsonrpc::operation(self.method).unwrap_or(self.method),
+        )
     }
 }
 
@@ -302,10 +326,12 @@ fn not_a_request(why: &str) -> A2aError {
 }
 
 /// What an operation answered.
-enum Answer {
-    /// The response's ProtoJSON.
+pub(crate) enum Answer {
+    /// The response's JSON.
     Result(Vec<u8>),
     Stream(EventStream),
+    /// A stream whose events are written in 0.3 form.
+    Stream03(EventStream),
     Error(A2aError),
 }
 
@@ -381,6 +407,9 @@ async fn dispatch(api: &A2aApi, call: &CallContext, tenant: &str, request: &Requ
             }
         }
         "GetExtendedAgentCard" => unary!(get_extended_agent_card),
+        v03 if request.v03() => {
+            v0_3::jsonrpc::dispatch(api, call, tenant, v03, request.params.map(|p| p.get())).await
+        }
         other => Answer::Error(A2aError::MethodNotFound {
             method: other.to_owned(),
         }),
@@ -398,8 +427,13 @@ fn result_body(id: &str, result: &[u8]) -> Vec<u8> {
     out
 }
 
-fn error_body(id: &str, err: &A2aError) -> Vec<u8> {
-    error_body_code(id, code(err), err)
+fn error_body(id: &str, err: &A2aError, v03: bool) -> Vec<u8> {
+    let code = if v03 {
+        v0_3::convert::code(err)
+    } else {
+        code(err)
+    };
+    error_body_code(id, code, err)
 }
 
 fn error_body_code(id: &str, code: i64, err: &A2aError) -> Vec<u8> {
@@ -428,12 +462,12 @@ fn respond(status: StatusCode, body: Vec<u8>) -> Response {
 }
 
 /// An error answer: 200, or 401 with the challenge.
-fn error_response(id: &str, err: &A2aError) -> Response {
+fn error_response(id: &str, err: &A2aError, v03: bool) -> Response {
     let status = match err {
         A2aError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
         _ => StatusCode::OK,
     };
-    with_challenge(respond(status, error_body(id, err)), err)
+    with_challenge(respond(status, error_body(id, err, v03)), err)
 }
 
 fn error_response_status(status: StatusCode, id: &str, code: i64, err: &A2aError) -> Response {
@@ -477,26 +511,29 @@ fn stream(
     id: String,
     mut record: CallRecord,
     keepalive: std::time::Duration,
+    v03: bool,
 ) -> Response {
     let frames = async_stream::stream! {
         let mut events = events;
+        let mut old = v0_3::convert::StreamOut::default();
         while let Some(event) = events.next().await {
-            match event {
-                Ok(event) => {
-                    let mut result = Vec::with_capacity(256);
-                    match json::write(&event, &mut result) {
-                        Ok(()) => yield sse::frame(&result_body(&id, &result)),
-                        Err(e) => {
-                            let err = A2aError::Internal(e.to_string());
-                            record.end(Some(&err));
-                            yield sse::frame(&error_body(&id, &err));
-                            return;
-                        }
-                    }
+            let written = event.and_then(|event| {
+                let mut result = Vec::with_capacity(256);
+                if v03 {
+                    let event = old.event(event)?;
+                    serde_json::to_writer(&mut result, &event)
+                        .map_err(|e| A2aError::Internal(e.to_string()))?;
+                } else {
+                    json::write(&event, &mut result)
+                        .map_err(|e| A2aError::Internal(e.to_string()))?;
                 }
+                Ok(result)
+            });
+            match written {
+                Ok(result) => yield sse::frame(&result_body(&id, &result)),
                 Err(err) => {
                     record.end(Some(&err));
-                    yield sse::frame(&error_body(&id, &err));
+                    yield sse::frame(&error_body(&id, &err, v03));
                     return;
                 }
             }
@@ -573,6 +610,7 @@ mod stream_tests {
             "\"r-1\"".into(),
             record,
             std::time::Duration::from_secs(60),
+            false,
         );
         let body = http_body_util::BodyExt::collect(response.into_body())
             .await

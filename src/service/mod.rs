@@ -29,6 +29,7 @@ pub mod push;
 pub mod send;
 pub mod sse;
 pub mod tasks;
+pub mod v0_3;
 pub mod validate;
 pub mod web;
 

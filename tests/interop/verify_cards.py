@@ -2,10 +2,12 @@
 
 Usage: python verify_cards.py JWKS_FILE CARD_FILE...
 
-Each card file holds one AgentCard as ProtoJSON, as the server served it.
-Every card must verify (a2a.utils.signing.create_signature_verifier,
-spec section 8.4.3) with a key of the JWK set, found by the `kid` of the
-signature's protected header. Prints "verified <file>" per card; exits 1
+Each card file holds one card as the server served it (the 1.0 card with
+the 0.3 fields beside it), read as the SDK's client reads a fetched card
+(a2a.client.card_resolver.parse_agent_card). Every card must verify
+(a2a.utils.signing.create_signature_verifier, spec section 8.4.3) with a
+key of the JWK set, found by the `kid` of the signature's protected
+header. Prints "verified <file>" per card; exits 1
 at the first card that does not verify. Run by tests/card_signing.rs when
 A2A_TEST_PYTHON names a Python with `a2a-sdk[signing]`.
 """
@@ -13,10 +15,9 @@ A2A_TEST_PYTHON names a Python with `a2a-sdk[signing]`.
 import json
 import sys
 
-from google.protobuf.json_format import Parse
 from jwt.api_jwk import PyJWK
 
-from a2a.types import AgentCard
+from a2a.client.card_resolver import parse_agent_card
 from a2a.utils.signing import create_signature_verifier
 
 
@@ -33,7 +34,7 @@ def main() -> int:
     )
     for path in card_files:
         with open(path) as f:
-            card = Parse(f.read(), AgentCard())
+            card = parse_agent_card(json.load(f))
         try:
             verify(card)
         except Exception as e:  # the verifier's own error, named in full

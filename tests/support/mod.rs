@@ -636,3 +636,33 @@ pub async fn start_with_push() -> TestServer {
     )
     .await
 }
+
+/// A served card's 1.0 part, read strictly (an unknown field fails): the
+/// card without the 0.3 fields it carries beside the 1.0 ones for 0.3
+/// clients (`src/discovery/v0_3.rs`), each of which must be one of them.
+#[allow(dead_code)]
+pub fn card_1_0(body: &str) -> a2a_lifecycle::proto::AgentCard {
+    let mut value: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
+    let fields = value.as_object_mut().expect("a card object");
+    for key in [
+        "url",
+        "preferredTransport",
+        "additionalInterfaces",
+        "protocolVersion",
+        "security",
+        "supportsAuthenticatedExtendedCard",
+    ] {
+        fields.remove(key);
+    }
+    if let Some(serde_json::Value::Object(schemes)) = fields.get_mut("securitySchemes") {
+        for scheme in schemes.values_mut() {
+            let entry = scheme.as_object_mut().expect("a scheme object");
+            // The 1.0 wrapper is the one key whose value is an object
+            // named `...SecurityScheme`; the rest is its 0.3 flat copy.
+            entry.retain(|k, _| k.ends_with("SecurityScheme"));
+        }
+    }
+    a2a_lifecycle::json::from_str(&value.to_string())
+        .unwrap_or_else(|e| panic!("not a 1.0 AgentCard beside the 0.3 fields ({e}): {body}"))
+}

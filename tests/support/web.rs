@@ -14,6 +14,8 @@ pub struct Http {
     pub client: reqwest::Client,
     pub base: String,
     pub token: Option<String>,
+    /// Sent with every request (`A2A-Version`, ...).
+    pub headers: Vec<(String, String)>,
 }
 
 /// A JSON answer: status, headers, body.
@@ -90,7 +92,13 @@ impl Http {
                 .expect("an HTTP client"),
             base: format!("http://{addr}"),
             token: None,
+            headers: Vec::new(),
         }
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     pub fn with_token(mut self, token: &str) -> Self {
@@ -102,6 +110,9 @@ impl Http {
         let mut builder = self.client.request(method, format!("{}{path}", self.base));
         if let Some(token) = &self.token {
             builder = builder.bearer_auth(token);
+        }
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
         }
         builder
     }

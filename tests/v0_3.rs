@@ -1,0 +1,484 @@
+//! Protocol 0.3 clients beside 1.0 ones: the 0.3 JSON-RPC methods on the
+//! same endpoint (`message/send`, `message/stream`, `tasks/get`, ...),
+//! with 0.3 payloads (`kind`, kebab-case states, lowercase roles, `final`,
+//! 0.3 error codes), translated at the edge to the 1.0 core; tasks shared
+//! both ways; the card 0.3 clients read.
+
+mod support;
+
+use serde_json::{Value, json};
+
+use support::web::{Event, Http, data_events, next_chunk, parse};
+use support::{TestServer, WAIT};
+
+fn message03(text: &str) -> Value {
+    json!({
+        "kind": "message",
+        "messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+    })
+}
+
+async fn server() -> (TestServer, Http) {
+    let server = TestServer::start().await;
+    let http = Http::new(server.addr);
+    (server, http)
+}
+
+fn assert_message03(m: &Value) {
+    assert_eq!(m["kind"], "message", "{m}");
+    assert!(m["role"] == "user" || m["role"] == "agent", "{m}");
+    for part in m["parts"].as_array().expect("parts") {
+        assert!(part["kind"].is_string(), "{m}");
+    }
+}
+
+fn assert_task03(task: &Value) {
+    assert_eq!(task["kind"], "task", "{task}");
+    assert!(
+        task["id"].is_string() && task["contextId"].is_string(),
+        "{task}"
+    );
+    let state = task["status"]["state"].as_str().expect("a state");
+    assert!(
+        !state.starts_with("TASK_STATE"),
+        "a 0.3 state is kebab-case: {task}"
+    );
+    for m in task["history"].as_array().into_iter().flatten() {
+        assert_message03(m);
+    }
+    for a in task["artifacts"].as_array().into_iter().flatten() {
+        for part in a["parts"].as_array().expect("artifact parts") {
+            assert!(part["kind"].is_string(), "{task}");
+        }
+    }
+}
+
+/// `message/send` blocks by default (0.3: `blocking` absent is true) and
+/// answers the 0.3 Task.
+#[tokio::test(flavor = "multi_thread")]
+async fn message_send_answers_a_0_3_task() {
+    let (server, http) = server().await;
+    let answer = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the tests")}),
+        )
+        .await;
+    let task = answer.result();
+    assert_task03(task);
+    assert_eq!(task["status"]["state"], "completed", "{task}");
+    assert_eq!(task["history"][0]["role"], "user", "{task}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["kind"], "text", "{task}");
+    assert_eq!(task["status"]["message"]["role"], "agent", "{task}");
+    assert!(
+        task["status"]["timestamp"].as_str().unwrap().ends_with('Z'),
+        "{task}"
+    );
+
+    // A direct reply is a 0.3 Message.
+    let answer = http
+        .rpc("message/send", json!({"message": message03("ping")}))
+        .await;
+    assert_message03(answer.result());
+    assert_eq!(answer.result()["parts"][0]["text"], "pong");
+
+    // blocking: false answers at once, before the run ends.
+    let answer = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the slow tests"),
+                   "configuration": {"blocking": false, "acceptedOutputModes": ["text/plain"]}}),
+        )
+        .await;
+    let task = answer.result();
+    assert_task03(task);
+    assert!(
+        ["submitted", "working"].contains(&task["status"]["state"].as_str().unwrap()),
+        "{task}"
+    );
+    server.stop().await;
+}
+
+/// `message/stream`: one Task first, then status and artifact updates,
+/// `final` on the last status update, all with the request's id.
+#[tokio::test(flavor = "multi_thread")]
+async fn message_stream_sends_0_3_events_with_final() {
+    let (server, http) = server().await;
+    let response = http
+        .rpc_stream(
+            "/",
+            "message/stream",
+            json!({"message": message03("run the tests")}),
+        )
+        .await;
+    let events = data_events(response).await;
+    let results: Vec<&Value> = events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["id"], 7, "{e}");
+            &e["result"]
+        })
+        .collect();
+    let kinds: Vec<&str> = results
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds[0], "task", "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "task").count(),
+        1,
+        "one Task, first: {kinds:?}"
+    );
+    assert!(kinds.contains(&"artifact-update"), "{kinds:?}");
+    let updates: Vec<&&Value> = results
+        .iter()
+        .filter(|r| r["kind"] == "status-update")
+        .collect();
+    let last = updates.last().expect("status updates");
+    assert_eq!(last["final"], true, "{last}");
+    assert_eq!(last["status"]["state"], "completed", "{last}");
+    for u in &updates[..updates.len() - 1] {
+        assert_eq!(u["final"], false, "{u}");
+    }
+    let artifact = results
+        .iter()
+        .find(|r| r["kind"] == "artifact-update")
+        .unwrap();
+    assert_eq!(artifact["artifact"]["parts"][0]["kind"], "text");
+    assert!(artifact["taskId"].is_string() && artifact["contextId"].is_string());
+    server.stop().await;
+}
+
+/// `tasks/get`, `tasks/cancel` and their errors in 0.3 codes.
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_get_cancel_and_errors() {
+    let (server, http) = server().await;
+    let task = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the tests")}),
+        )
+        .await
+        .result()
+        .clone();
+    let id = task["id"].as_str().unwrap();
+    let got = http
+        .rpc("tasks/get", json!({"id": id, "historyLength": 1}))
+        .await;
+    assert_task03(got.result());
+    assert_eq!(got.result()["history"].as_array().unwrap().len(), 1);
+
+    // Canceling a completed task: TaskNotCancelableError.
+    let refused = http.rpc("tasks/cancel", json!({"id": id})).await;
+    assert_eq!(refused.rpc_code(), -32002, "{:?}", refused.body);
+
+    // A running task cancels.
+    let running = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the slow tests"), "configuration": {"blocking": false}}),
+        )
+        .await
+        .result()
+        .clone();
+    let canceled = http.rpc("tasks/cancel", json!({"id": running["id"]})).await;
+    assert_task03(canceled.result());
+    assert_eq!(canceled.result()["status"]["state"], "canceled");
+
+    let missing = http.rpc("tasks/get", json!({"id": "no-such-task"})).await;
+    assert_eq!(missing.rpc_code(), -32001, "{:?}", missing.body);
+    let bad = http.rpc("message/send", json!({})).await;
+    assert_eq!(bad.rpc_code(), -32602, "{:?}", bad.body);
+    let bad_state = http
+        .rpc(
+            "message/send",
+            json!({"message": {"kind": "message", "messageId": "m", "role": "robot", "parts": []}}),
+        )
+        .await;
+    assert_eq!(bad_state.rpc_code(), -32602, "{:?}", bad_state.body);
+    let unknown = http.rpc("tasks/frobnicate", json!({})).await;
+    assert_eq!(unknown.rpc_code(), -32601, "{:?}", unknown.body);
+    // 0.3 has no code for an extension or version error: -32603 would
+    // hide it; the version header contradicting the method is one.
+    server.stop().await;
+}
+
+/// A task a 0.3 client started is read and continued by a 1.0 client,
+/// and the other way round.
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_are_shared_between_0_3_and_1_0_clients() {
+    let (server, http) = server().await;
+    let old = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the tests")}),
+        )
+        .await
+        .result()
+        .clone();
+    let read = http
+        .rpc("GetTask", json!({"id": old["id"]}))
+        .await
+        .result()
+        .clone();
+    assert_eq!(read["status"]["state"], "TASK_STATE_COMPLETED", "{read}");
+    assert_eq!(read["history"][0]["role"], "ROLE_USER", "{read}");
+
+    // A 1.0 client starts a multi-turn review; the 0.3 client reads it
+    // (input-required) and continues it in its own terms to the end.
+    let new = http
+        .rpc_at(
+            "/code-reviewer",
+            "SendMessage",
+            json!({"message": support::web::message("review my change")}),
+        )
+        .await;
+    let new = new.result()["task"].clone();
+    assert_eq!(new["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{new}");
+    let id = new["id"].as_str().unwrap();
+    let seen = http
+        .rpc_at("/code-reviewer", "tasks/get", json!({"id": id}))
+        .await;
+    assert_task03(seen.result());
+    assert_eq!(seen.result()["status"]["state"], "input-required");
+    let mut follow = message03("diff --git a/x b/x");
+    follow["taskId"] = json!(id);
+    follow["contextId"] = new["contextId"].clone();
+    let continued = http
+        .rpc_at("/code-reviewer", "message/send", json!({"message": follow}))
+        .await;
+    assert_task03(continued.result());
+    assert_eq!(continued.result()["id"], id, "{:?}", continued.body);
+    assert_eq!(continued.result()["status"]["state"], "completed");
+    // ... and the 1.0 client reads the end the 0.3 client brought about.
+    let done = http
+        .rpc_at("/code-reviewer", "GetTask", json!({"id": id}))
+        .await;
+    assert_eq!(done.result()["status"]["state"], "TASK_STATE_COMPLETED");
+    let history = done.result()["history"].as_array().unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|m| m["role"] == "ROLE_USER" && m["parts"][0]["text"] == "diff --git a/x b/x"),
+        "{history:?}"
+    );
+    server.stop().await;
+}
+
+/// `tasks/resubscribe` follows a running task in 0.3 events.
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_resubscribe_follows_a_running_task() {
+    let (server, http) = server().await;
+    let running = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the slow tests"), "configuration": {"blocking": false}}),
+        )
+        .await
+        .result()
+        .clone();
+    let id = running["id"].as_str().unwrap().to_owned();
+    let response = http
+        .rpc_stream("/", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    // The first event says the subscription is live; then cancel ends it.
+    let mut text = next_chunk(&mut body, WAIT).await.expect("a first event");
+    let cancel = http.rpc("tasks/cancel", json!({"id": id})).await;
+    assert_eq!(cancel.result()["status"]["state"], "canceled");
+    while let Some(chunk) = next_chunk(&mut body, WAIT).await {
+        text.push_str(&chunk);
+    }
+    let events: Vec<Value> = parse(&text)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Data(None, v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events[0]["result"]["kind"], "task", "{events:?}");
+    let last = &events.last().expect("events")["result"];
+    assert_eq!(last["kind"], "status-update", "{last}");
+    assert_eq!(last["final"], true, "{last}");
+    assert_eq!(last["status"]["state"], "canceled", "{last}");
+    server.stop().await;
+}
+
+/// The 0.3 push-config methods, in 0.3 shapes.
+#[tokio::test(flavor = "multi_thread")]
+async fn push_configs_in_0_3_shapes() {
+    let server = support::start_with_push().await;
+    let http = Http::new(server.addr);
+    let task = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the slow tests"), "configuration": {"blocking": false}}),
+        )
+        .await
+        .result()
+        .clone();
+    let id = task["id"].as_str().unwrap();
+    let config = json!({
+        "taskId": id,
+        "pushNotificationConfig": {
+            "id": "cfg-1",
+            "url": "https://hooks.example.test/a2a",
+            "token": "tok-123",
+            "authentication": {"schemes": ["Bearer"], "credentials": "xyz"}
+        }
+    });
+    let set = http
+        .rpc("tasks/pushNotificationConfig/set", config.clone())
+        .await;
+    assert_eq!(set.result(), &config, "{:?}", set.body);
+    let got = http
+        .rpc(
+            "tasks/pushNotificationConfig/get",
+            json!({"id": id, "pushNotificationConfigId": "cfg-1"}),
+        )
+        .await;
+    assert_eq!(got.result(), &config);
+    let listed = http
+        .rpc("tasks/pushNotificationConfig/list", json!({"id": id}))
+        .await;
+    assert_eq!(listed.result(), &json!([config]));
+    let deleted = http
+        .rpc(
+            "tasks/pushNotificationConfig/delete",
+            json!({"id": id, "pushNotificationConfigId": "cfg-1"}),
+        )
+        .await;
+    assert_eq!(deleted.result(), &Value::Null, "{:?}", deleted.body);
+    let gone = http
+        .rpc(
+            "tasks/pushNotificationConfig/get",
+            json!({"id": id, "pushNotificationConfigId": "cfg-1"}),
+        )
+        .await;
+    assert_eq!(gone.rpc_code(), -32001, "{:?}", gone.body);
+    http.rpc("tasks/cancel", json!({"id": id})).await.result();
+    server.stop().await;
+}
+
+/// The card a 0.3 client reads: the 1.0 card with the 0.3 fields (`url`,
+/// `preferredTransport`, `additionalInterfaces`, `protocolVersion`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_card_carries_the_0_3_fields() {
+    let server = TestServer::start().await;
+    let card = support::http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
+    let card: Value = serde_json::from_str(&card.body).unwrap();
+    let base = format!("http://{}", server.addr);
+    assert_eq!(card["url"], format!("{base}/"), "{card}");
+    assert_eq!(card["preferredTransport"], "JSONRPC", "{card}");
+    assert_eq!(card["protocolVersion"], "0.3.0", "{card}");
+    let additional = card["additionalInterfaces"].as_array().expect("interfaces");
+    assert!(
+        additional
+            .iter()
+            .any(|i| i["transport"] == "JSONRPC" && i["url"] == format!("{base}/")),
+        "{card}"
+    );
+    // The 1.0 fields are all still there.
+    assert!(card["supportedInterfaces"].as_array().unwrap().len() >= 3);
+    assert_eq!(card["capabilities"]["streaming"], true);
+    server.stop().await;
+}
+
+/// The version header (spec §3.6.2): a 0.3 method takes none, an empty
+/// one or 0.3; another version is VersionNotSupported (-32603 in 0.3's
+/// codes, the reason saying which).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_0_3_method_refuses_another_version() {
+    let (server, http) = server().await;
+    for version in ["0.3", "0.3.0", ""] {
+        let answer = http
+            .clone()
+            .with_header("A2A-Version", version)
+            .rpc("tasks/get", json!({"id": "missing"}))
+            .await;
+        assert_eq!(answer.rpc_code(), -32001, "{version:?}: {:?}", answer.body);
+    }
+    let answer = http
+        .clone()
+        .with_header("A2A-Version", "1.0")
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the tests")}),
+        )
+        .await;
+    assert_eq!(answer.rpc_code(), -32603, "{:?}", answer.body);
+    assert_eq!(answer.reason(), "VERSION_NOT_SUPPORTED");
+    // The 0.3 client's extensions header is read too.
+    server.stop().await;
+}
+
+/// `--no-v0-3`: no 0.3 methods or card fields, and a request without a
+/// version, a 0.3 client's (spec §3.6.2), is VersionNotSupported on
+/// every binding; with `A2A-Version: 1.0` everything is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_0_3_a_missing_version_is_refused() {
+    let server = TestServer::start_discovery(
+        std::sync::Arc::new(a2a_lifecycle::store::MemoryStore::new()),
+        a2a_lifecycle::agent::demo::demo_router(),
+        Default::default(),
+        a2a_lifecycle::discovery::DiscoveryConfig {
+            no_v0_3: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let http = Http::new(server.addr);
+    let answer = http
+        .rpc(
+            "message/send",
+            json!({"message": message03("run the tests")}),
+        )
+        .await;
+    assert_eq!(answer.rpc_code(), -32009, "{:?}", answer.body);
+    let answer = http
+        .rpc(
+            "SendMessage",
+            json!({"message": support::web::message("run the tests")}),
+        )
+        .await;
+    assert_eq!(answer.rpc_code(), -32009, "{:?}", answer.body);
+    let rest = http.rest("GET", "/tasks/missing", None).await;
+    assert_eq!(rest.status, 400, "{:?}", rest.body);
+    assert_eq!(rest.reason(), "VERSION_NOT_SUPPORTED");
+    let mut client = server.client().await;
+    let status = tokio::time::timeout(
+        WAIT,
+        client.get_task(a2a_lifecycle::proto::GetTaskRequest {
+            id: "missing".into(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    support::assert_a2a_error(
+        &status,
+        tonic::Code::FailedPrecondition,
+        "VERSION_NOT_SUPPORTED",
+    );
+
+    let v1 = http.clone().with_header("A2A-Version", "1.0");
+    let answer = v1
+        .rpc(
+            "SendMessage",
+            json!({"message": support::web::message("run the tests")}),
+        )
+        .await;
+    assert_eq!(
+        answer.result()["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let card = support::http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
+    let card: Value = serde_json::from_str(&card.body).unwrap();
+    assert!(card.get("url").is_none(), "{card}");
+    assert!(card.get("preferredTransport").is_none(), "{card}");
+    server.stop().await;
+}
