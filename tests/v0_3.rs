@@ -482,3 +482,33 @@ async fn without_0_3_a_missing_version_is_refused() {
     assert!(card.get("preferredTransport").is_none(), "{card}");
     server.stop().await;
 }
+
+/// The official Python SDK's 0.3 client (a2a-sdk 0.3.26) connects
+/// through the card with its defaults and sends, gets, streams and
+/// cancels (`tests/interop/client_v0_3.py`). `A2A_TEST_PYTHON_V03` names
+/// a Python with that SDK (CI makes one); without it the test says so
+/// and checks nothing else.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_0_3_python_client_is_served() {
+    let Ok(python) = std::env::var("A2A_TEST_PYTHON_V03") else {
+        eprintln!("skipped: set A2A_TEST_PYTHON_V03 to a Python with a2a-sdk==0.3.26");
+        return;
+    };
+    let (server, _) = server().await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/client_v0_3.py");
+    let run = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}", server.addr))
+        .output();
+    let out = tokio::time::timeout(WAIT, run).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        7,
+        "{stdout}"
+    );
+    server.stop().await;
+}

@@ -690,11 +690,10 @@ fn truncate_to_seconds(t: SystemTime) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
 }
 
-/// Spec §3.6.2: `Major.Minor`, matched on both; a patch part (`1.0.1`) is
-/// ignored. No header, or an empty one, is served as 1.0: spec §3.6.2
-/// reads an empty value as 0.3, but a 0.3 client cannot reach this service
-/// at all (`lf.a2a.v1` exists only from 1.0), so a request that arrives
-/// here speaks 1.0.
+/// Spec §3.6.2 for a 1.0 operation: `Major.Minor`, matched on both; a
+/// patch part (`1.0.1`) is ignored. No header, or an empty one, is served
+/// as 1.0 here; [`Cards::checked`] refuses it first when 0.3 is not served
+/// (see docs/architecture.md, protocol 0.3).
 fn check_version(requested: Option<&str>) -> Result<(), A2aError> {
     let Some(requested) = requested else {
         return Ok(());
