@@ -375,10 +375,12 @@ async fn the_card_carries_the_0_3_fields() {
     assert_eq!(card["preferredTransport"], "JSONRPC", "{card}");
     assert_eq!(card["protocolVersion"], "0.3.0", "{card}");
     let additional = card["additionalInterfaces"].as_array().expect("interfaces");
-    assert!(
-        additional
-            .iter()
-            .any(|i| i["transport"] == "JSONRPC" && i["url"] == format!("{base}/")),
+    assert_eq!(
+        additional,
+        &[
+            json!({"transport": "JSONRPC", "url": format!("{base}/")}),
+            json!({"transport": "HTTP+JSON", "url": base}),
+        ],
         "{card}"
     );
     // The 1.0 fields are all still there.
@@ -509,6 +511,142 @@ async fn the_official_0_3_python_client_is_served() {
         stdout.lines().filter(|l| l.starts_with("ok ")).count(),
         7,
         "{stdout}"
+    );
+    server.stop().await;
+}
+
+fn message03_pb(text: &str) -> Value {
+    json!({
+        "messageId": uuid::Uuid::new_v4().to_string(),
+        "role": "ROLE_USER",
+        "content": [{"text": text}],
+    })
+}
+
+/// The 0.3 HTTP+JSON routes: bodies and answers are the ProtoJSON of
+/// 0.3's proto (`content`, `TASK_STATE_CANCELLED`, no `kind`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_0_3_rest_routes() {
+    let server = support::start_with_push().await;
+    let http = Http::new(server.addr);
+    // blocking: true waits; absent is false over REST, as 0.3 reads it.
+    let sent = http
+        .rest(
+            "POST",
+            "/v1/message:send",
+            Some(json!({"message": message03_pb("run the tests"), "configuration": {"blocking": true}})),
+        )
+        .await;
+    assert_eq!(sent.status, 200, "{:?}", sent.body);
+    let task = &sent.body["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(
+        task["history"][0]["content"][0]["text"], "run the tests",
+        "{task}"
+    );
+    assert!(task.get("kind").is_none() && task["history"][0].get("parts").is_none());
+    let id = task["id"].as_str().unwrap().to_owned();
+
+    let got = http
+        .rest("GET", &format!("/v1/tasks/{id}?historyLength=1"), None)
+        .await;
+    assert_eq!(got.status, 200, "{:?}", got.body);
+    assert_eq!(got.body["history"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        got.body["artifacts"][0]["parts"][0]["text"],
+        "collected 12 tests\n"
+    );
+
+    let slow = http
+        .rest(
+            "POST",
+            "/v1/message:send",
+            Some(json!({"message": message03_pb("run the slow tests")})),
+        )
+        .await;
+    let slow_id = slow.body["task"]["id"].as_str().unwrap().to_owned();
+    assert_ne!(slow.body["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+
+    // Push configs: the official client's whole request, or the config.
+    let created = http
+        .rest(
+            "POST",
+            &format!("/v1/tasks/{slow_id}/pushNotificationConfigs"),
+            Some(json!({"parent": format!("tasks/{slow_id}"), "configId": "c1",
+                         "config": {"pushNotificationConfig": {"url": "https://hooks.example.test/h",
+                                    "authentication": {"schemes": ["Bearer"], "credentials": "x"}}}})),
+        )
+        .await;
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    assert_eq!(
+        created.body["name"],
+        format!("tasks/{slow_id}/pushNotificationConfigs/c1")
+    );
+    assert_eq!(
+        created.body["pushNotificationConfig"]["authentication"]["schemes"],
+        json!(["Bearer"])
+    );
+    let listed = http
+        .rest(
+            "GET",
+            &format!("/v1/tasks/{slow_id}/pushNotificationConfigs"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        listed.body["configs"].as_array().unwrap().len(),
+        1,
+        "{:?}",
+        listed.body
+    );
+    let path = format!("/v1/tasks/{slow_id}/pushNotificationConfigs/c1");
+    assert_eq!(http.rest("GET", &path, None).await.status, 200);
+    assert_eq!(http.rest("DELETE", &path, None).await.status, 200);
+    assert_eq!(http.rest("GET", &path, None).await.status, 404);
+
+    let canceled = http
+        .rest(
+            "POST",
+            &format!("/v1/tasks/{slow_id}:cancel"),
+            Some(json!({"name": format!("tasks/{slow_id}")})),
+        )
+        .await;
+    assert_eq!(canceled.status, 200, "{:?}", canceled.body);
+    assert_eq!(canceled.body["status"]["state"], "TASK_STATE_CANCELLED");
+
+    let missing = http.rest("GET", "/v1/tasks/no-such-task", None).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.reason(), "TASK_NOT_FOUND");
+    let wrong = http.rest("DELETE", "/v1/message:send", None).await;
+    assert_eq!(wrong.status, 405);
+    let card = http.rest("GET", "/v1/card", None).await;
+    assert_eq!(card.status, 400, "no extended card: {:?}", card.body);
+    server.stop().await;
+}
+
+/// A 0.3 stream over REST: 0.3 `StreamResponse`s, one task first,
+/// `final` on the last status update; a tenant by path prefix.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_0_3_rest_stream() {
+    let (server, http) = server().await;
+    let response = http
+        .rest_stream(
+            "POST",
+            "/code-reviewer/v1/message:stream",
+            Some(json!({"message": message03_pb("review my change")})),
+        )
+        .await;
+    let events = data_events(response).await;
+    assert!(events[0].get("task").is_some(), "{events:?}");
+    let last = events.last().unwrap();
+    assert_eq!(last["statusUpdate"]["final"], true, "{last}");
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{last}"
+    );
+    assert_eq!(
+        last["statusUpdate"]["status"]["message"]["content"][0]["text"],
+        "Please send the diff to review."
     );
     server.stop().await;
 }

@@ -249,6 +249,37 @@ pub struct Cards {
     last_modified: SystemTime,
     /// Protocol 0.3 is served beside 1.0 (not `--no-v0-3`).
     v0_3: bool,
+    /// What the 0.3 interfaces are made of: the bindings served and the
+    /// HTTP base URL.
+    bindings: crate::bindings::BindingSet,
+    http_url: String,
+}
+
+/// The 0.3 interfaces of `tenant` (URL, 0.3 transport name), JSON-RPC
+/// first: its endpoint (`/` or `/{tenant}`: 0.3 has no tenant field, the
+/// path carries it), then the HTTP+JSON base its `/v1/...` routes follow.
+fn v03_interfaces(
+    config: &DiscoveryConfig,
+    http_url: &str,
+    tenant: &str,
+) -> Vec<(String, &'static str)> {
+    use crate::bindings::Binding;
+    if config.no_v0_3 {
+        return Vec::new();
+    }
+    let mut interfaces = Vec::new();
+    if config.bindings.contains(Binding::JsonRpc) {
+        interfaces.push((format!("{http_url}/{tenant}"), "JSONRPC"));
+    }
+    if config.bindings.contains(Binding::HttpJson) {
+        let base = if tenant.is_empty() {
+            http_url.to_owned()
+        } else {
+            format!("{http_url}/{tenant}")
+        };
+        interfaces.push((base, "HTTP+JSON"));
+    }
+    interfaces
 }
 
 impl Cards {
@@ -362,13 +393,9 @@ impl Cards {
                     signer.sign(extended)?;
                 }
             }
-            // The 0.3 interface is the JSON-RPC endpoint (`/` or
-            // `/{tenant}`): 0.3 has no tenant field, the path carries it.
-            let jsonrpc_url = (!config.no_v0_3
-                && config.bindings.contains(crate::bindings::Binding::JsonRpc))
-            .then(|| format!("{http_url}/{tenant}"));
             let mut value = json::to_value(&card)?;
-            v0_3::add_fields(&mut value, &card, jsonrpc_url.as_deref());
+            let interfaces = v03_interfaces(config, &http_url, &tenant);
+            v0_3::add_fields(&mut value, &card, &interfaces);
             let body =
                 serde_json::to_string_pretty(&value).map_err(|e| JsonError::from_display(&e))?;
             let body = bytes::Bytes::from(body);
@@ -391,7 +418,19 @@ impl Cards {
             // make every If-Modified-Since look older than the card.
             last_modified: truncate_to_seconds(SystemTime::now()),
             v0_3: !config.no_v0_3,
+            bindings: config.bindings,
+            http_url,
         })
+    }
+
+    /// The 0.3 interfaces of `tenant`'s card (URL, 0.3 transport name).
+    pub fn v03_interfaces(&self, tenant: &str) -> Vec<(String, &'static str)> {
+        let config = DiscoveryConfig {
+            bindings: self.bindings,
+            no_v0_3: !self.v0_3,
+            ..Default::default()
+        };
+        v03_interfaces(&config, &self.http_url, tenant)
     }
 
     /// Whether protocol 0.3 is served (spec §3.6.2: else a request

@@ -29,19 +29,20 @@ use crate::proto::AgentCard;
 pub const PROTOCOL_VERSION: &str = "0.3.0";
 
 /// Adds the 0.3 fields to `card_json` (the card's ProtoJSON): the 0.3
-/// interfaces at `jsonrpc_url` (the JSON-RPC endpoint, `None` when the
-/// binding is off: then nothing is added, as no 0.3 interface is served).
-pub fn add_fields(card_json: &mut Value, card: &AgentCard, jsonrpc_url: Option<&str>) {
-    let (Some(url), Value::Object(fields)) = (jsonrpc_url, card_json) else {
+/// `interfaces` served (URL and 0.3 transport name, the preferred one
+/// first); none, and nothing is added.
+pub fn add_fields(card_json: &mut Value, card: &AgentCard, interfaces: &[(String, &str)]) {
+    let (Some((url, preferred)), Value::Object(fields)) = (interfaces.first(), card_json) else {
         return;
     };
     fields.insert("protocolVersion".into(), json!(PROTOCOL_VERSION));
     fields.insert("url".into(), json!(url));
-    fields.insert("preferredTransport".into(), json!("JSONRPC"));
-    fields.insert(
-        "additionalInterfaces".into(),
-        json!([{"url": url, "transport": "JSONRPC"}]),
-    );
+    fields.insert("preferredTransport".into(), json!(preferred));
+    let additional: Vec<Value> = interfaces
+        .iter()
+        .map(|(url, transport)| json!({"url": url, "transport": transport}))
+        .collect();
+    fields.insert("additionalInterfaces".into(), Value::Array(additional));
     let extended = card
         .capabilities
         .as_ref()

@@ -354,7 +354,7 @@ fn error_response_as(err: &A2aError, media_type: &'static str) -> Response {
     with_challenge(response, err)
 }
 
-fn error_json(err: &A2aError, status: StatusCode) -> Vec<u8> {
+pub(crate) fn error_json(err: &A2aError, status: StatusCode) -> Vec<u8> {
     let body = serde_json::json!({
         "error": {
             "code": status.as_u16(),

@@ -95,6 +95,17 @@ async fn handle(
     request: http::Request<Body>,
 ) -> Response {
     let (parts, body) = request.into_parts();
+    // Protocol 0.3's routes (`/v1/...`, after a tenant or not) first: a
+    // 1.0 route would read `v1` as a tenant.
+    if bindings.http_json.is_some()
+        && bindings.api().cards().serves_v0_3()
+        && let Some((tenant, route)) = super::v0_3::rest::find(&parts.method, parts.uri.path())
+    {
+        return match route {
+            Ok(route) => super::v0_3::rest::serve(&bindings, tenant, route, parts, body).await,
+            Err(allowed) => http_json::method_not_allowed(allowed),
+        };
+    }
     if let Some(routes) = &bindings.http_json {
         match routes.find(&parts.method, parts.uri.path()) {
             http_json::Found::Route(route, vars) => {

@@ -221,7 +221,7 @@ pub fn task_out(t: proto::Task) -> v03::Task {
 }
 
 /// Whether a 1.0 stream ends at this state (terminal or interrupted).
-fn ends_stream(state: i32) -> bool {
+pub(super) fn ends_stream(state: i32) -> bool {
     matches!(
         classify(state_of(state)),
         Ok(StateClass::Terminal | StateClass::Interrupted)
@@ -248,6 +248,14 @@ pub struct StreamOut {
 }
 
 impl StreamOut {
+    pub(super) fn task_sent(&self) -> bool {
+        self.task_sent
+    }
+
+    pub(super) fn mark_task_sent(&mut self) {
+        self.task_sent = true;
+    }
+
     pub fn event(&mut self, e: proto::StreamResponse) -> Result<v03::Event, A2aError> {
         match e.payload {
             Some(Payload::Task(t)) if !self.task_sent => {

@@ -10,8 +10,12 @@
 //!   takes its 0.3 code;
 //! - the 0.3 JSON-RPC methods (`jsonrpc`), served on the same endpoint
 //!   as the 1.0 ones and told apart by name (`message/send` against
-//!   `SendMessage`): the two sets cannot overlap.
+//!   `SendMessage`): the two sets cannot overlap;
+//! - the 0.3 HTTP+JSON routes (`rest`, under `/v1/`, bodies the ProtoJSON
+//!   of 0.3's proto, translated by `pb`).
 
 pub mod convert;
 pub mod jsonrpc;
+pub mod pb;
+pub mod rest;
 pub mod types;
