@@ -71,6 +71,17 @@ pub fn method_label(path: &str) -> &'static str {
             .copied()
             .unwrap_or("other");
     }
+    // Protocol 0.3's service: its RPCs count as the 1.0 operations they
+    // become.
+    if service == "a2a.v1.A2AService" {
+        let method = match method {
+            "TaskSubscription" => "SubscribeToTask",
+            "ListTaskPushNotificationConfig" => "ListTaskPushNotificationConfigs",
+            "GetAgentCard" => "GetExtendedAgentCard",
+            other => other,
+        };
+        return operation_label(method);
+    }
     match service {
         "grpc.health.v1.Health" => "health",
         "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {

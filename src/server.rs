@@ -250,6 +250,13 @@ pub async fn serve_manager_tls(
     let a2a = A2aServiceServer::new(A2aGrpc::new(api.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Protocol 0.3's service (`a2a.v1.A2AService`), beside 1.0's.
+    let a2a_v0_3 = crate::proto::v0_3::a2a_service_server::A2aServiceServer::new(
+        crate::service::v0_3::grpc::A2aGrpcV03::new(api.clone()),
+    )
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let serve_v0_3 = cards.serves_v0_3();
 
     tokio::spawn(manager.clone().run_maintenance());
     tokio::spawn(manager.clone().follow_changes());
@@ -314,6 +321,9 @@ pub async fn serve_manager_tls(
         .add_service(reflection_v1alpha);
     if served.contains(Binding::Grpc) {
         grpc = grpc.add_service(a2a);
+        if serve_v0_3 {
+            grpc = grpc.add_service(a2a_v0_3);
+        }
     }
     let grpc = tower::ServiceBuilder::new()
         .map_response(crate::service::grpc::transport_error_info)

@@ -380,6 +380,7 @@ async fn the_card_carries_the_0_3_fields() {
         &[
             json!({"transport": "JSONRPC", "url": format!("{base}/")}),
             json!({"transport": "HTTP+JSON", "url": base}),
+            json!({"transport": "GRPC", "url": server.addr.to_string()}),
         ],
         "{card}"
     );
@@ -478,6 +479,21 @@ async fn without_0_3_a_missing_version_is_refused() {
         answer.result()["task"]["status"]["state"],
         "TASK_STATE_COMPLETED"
     );
+    // 0.3's gRPC service is not there at all.
+    let mut old = a2a_lifecycle::proto::v0_3::a2a_service_client::A2aServiceClient::new(
+        server.channel().await,
+    );
+    let status = tokio::time::timeout(
+        WAIT,
+        old.get_task(a2a_lifecycle::proto::v0_3::GetTaskRequest {
+            name: "tasks/x".into(),
+            history_length: 0,
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
     let card = support::http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
     let card: Value = serde_json::from_str(&card.body).unwrap();
     assert!(card.get("url").is_none(), "{card}");
@@ -648,5 +664,146 @@ async fn the_0_3_rest_stream() {
         last["statusUpdate"]["status"]["message"]["content"][0]["text"],
         "Please send the diff to review."
     );
+    server.stop().await;
+}
+
+/// The 0.3 gRPC service (`a2a.v1.A2AService`) beside 1.0's, with the
+/// generated 0.3 client stubs.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_0_3_grpc_service() {
+    use a2a_lifecycle::proto::v0_3 as old;
+    use old::a2a_service_client::A2aServiceClient;
+
+    let (server, _) = server().await;
+    let mut client = A2aServiceClient::new(server.channel().await);
+    let message = |text: &str| old::Message {
+        message_id: uuid::Uuid::new_v4().to_string(),
+        role: old::Role::User as i32,
+        content: vec![old::Part {
+            metadata: None,
+            part: Some(old::part::Part::Text(text.into())),
+        }],
+        ..Default::default()
+    };
+    let sent = tokio::time::timeout(
+        WAIT,
+        client.send_message(old::SendMessageRequest {
+            request: Some(message("run the tests")),
+            configuration: Some(old::SendMessageConfiguration {
+                blocking: true,
+                ..Default::default()
+            }),
+            metadata: None,
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .into_inner();
+    let Some(old::send_message_response::Payload::Task(task)) = sent.payload else {
+        panic!("a task: {sent:?}");
+    };
+    assert_eq!(
+        task.status.as_ref().unwrap().state,
+        old::TaskState::Completed as i32
+    );
+    let got = tokio::time::timeout(
+        WAIT,
+        client.get_task(old::GetTaskRequest {
+            name: format!("tasks/{}", task.id),
+            history_length: 0,
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .into_inner();
+    assert_eq!(got.id, task.id);
+    assert_eq!(got.artifacts[0].name, "test-report");
+
+    let mut stream = tokio::time::timeout(
+        WAIT,
+        client.send_streaming_message(old::SendMessageRequest {
+            request: Some(message("run the tests")),
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .into_inner();
+    let mut events = Vec::new();
+    while let Some(event) = tokio::time::timeout(WAIT, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        events.push(event.payload.expect("a payload"));
+    }
+    assert!(
+        matches!(events[0], old::stream_response::Payload::Task(_)),
+        "{events:?}"
+    );
+    let Some(old::stream_response::Payload::StatusUpdate(last)) = events.last() else {
+        panic!("{events:?}");
+    };
+    assert!(last.r#final, "{last:?}");
+
+    let slow = tokio::time::timeout(
+        WAIT,
+        client.send_message(old::SendMessageRequest {
+            request: Some(message("run the slow tests")),
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .into_inner();
+    let Some(old::send_message_response::Payload::Task(slow)) = slow.payload else {
+        panic!("a task");
+    };
+    let canceled = tokio::time::timeout(
+        WAIT,
+        client.cancel_task(old::CancelTaskRequest {
+            name: format!("tasks/{}", slow.id),
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .into_inner();
+    assert_eq!(
+        canceled.status.unwrap().state,
+        old::TaskState::Cancelled as i32
+    );
+
+    let missing = tokio::time::timeout(
+        WAIT,
+        client.get_task(old::GetTaskRequest {
+            name: "tasks/no-such-task".into(),
+            history_length: 0,
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    support::assert_a2a_error(&missing, tonic::Code::NotFound, "TASK_NOT_FOUND");
+    let bad = tokio::time::timeout(
+        WAIT,
+        client.get_task(old::GetTaskRequest {
+            name: "no-such-name".into(),
+            history_length: 0,
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    support::assert_bad_field(&bad, "name");
+
+    // The 1.0 client reads the task the 0.3 one started.
+    let mut v1 = server.client().await;
+    let read = support::get_task(&mut v1, "", &task.id).await.unwrap();
+    assert_eq!(read.id, task.id);
     server.stop().await;
 }

@@ -279,6 +279,15 @@ fn v03_interfaces(
         };
         interfaces.push((base, "HTTP+JSON"));
     }
+    // 0.3's gRPC service has no tenant (no field, no path): the default
+    // agent's card lists it.
+    if config.bindings.contains(Binding::Grpc) && tenant.is_empty() {
+        let authority = http_url
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .to_owned();
+        interfaces.push((authority, "GRPC"));
+    }
     interfaces
 }
 

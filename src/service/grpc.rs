@@ -43,7 +43,7 @@ impl A2aGrpc {
 /// The call's context: its metadata, the connection's peer and verified
 /// client certificate, the `traceparent` the span layer parsed
 /// ([`crate::telemetry::Traced`]) and the client's `grpc-timeout`.
-fn context<T>(request: &Request<T>) -> CallContext {
+pub(crate) fn context<T>(request: &Request<T>) -> CallContext {
     let headers = request.metadata().as_ref();
     let mut call = CallContext::from_headers(Binding::Grpc, headers);
     call.client_certificate = request

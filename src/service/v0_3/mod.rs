@@ -12,9 +12,11 @@
 //!   as the 1.0 ones and told apart by name (`message/send` against
 //!   `SendMessage`): the two sets cannot overlap;
 //! - the 0.3 HTTP+JSON routes (`rest`, under `/v1/`, bodies the ProtoJSON
-//!   of 0.3's proto, translated by `pb`).
+//!   of 0.3's proto, translated by `pb`);
+//! - the 0.3 gRPC service (`grpc`, `a2a.v1.A2AService`, on 0.3's proto).
 
 pub mod convert;
+pub mod grpc;
 pub mod jsonrpc;
 pub mod pb;
 pub mod rest;
