@@ -91,6 +91,16 @@ pub fn method_label(path: &str) -> &'static str {
     }
 }
 
+/// The protocol version of a gRPC request path: 0.3's service
+/// (`a2a.v1.A2AService`) or 1.0 (everything else).
+pub fn protocol_version_label(path: &str) -> &'static str {
+    if path.starts_with("/a2a.v1.A2AService/") {
+        V0_3
+    } else {
+        V1_0
+    }
+}
+
 /// The name of a gRPC status code, as the label `code` shows it.
 pub fn code_label(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
@@ -118,6 +128,7 @@ pub fn code_label(code: tonic::Code) -> &'static str {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabels {
     binding: &'static str,
+    protocol_version: &'static str,
     method: &'static str,
     code: &'static str,
 }
@@ -125,8 +136,14 @@ struct RpcLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabels {
     binding: &'static str,
+    protocol_version: &'static str,
     method: &'static str,
 }
+
+/// The `protocol_version` label of a 1.0 call.
+pub const V1_0: &str = "1.0";
+/// The `protocol_version` label of a 0.3 call (translated at the edge).
+pub const V0_3: &str = "0.3";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AgentLabels {
@@ -164,6 +181,7 @@ impl RpcMetrics {
     pub fn record(
         &self,
         binding: crate::bindings::Binding,
+        protocol_version: &'static str,
         method: &'static str,
         code: tonic::Code,
         elapsed: Duration,
@@ -172,12 +190,17 @@ impl RpcMetrics {
         self.requests
             .get_or_create(&RpcLabels {
                 binding,
+                protocol_version,
                 method,
                 code: code_label(code),
             })
             .inc();
         self.duration
-            .get_or_create(&MethodLabels { binding, method })
+            .get_or_create(&MethodLabels {
+                binding,
+                protocol_version,
+                method,
+            })
             .observe(elapsed.as_secs_f64());
     }
 }
@@ -594,6 +617,7 @@ where
         let grpc = is_grpc(request.headers());
         // Read now: the request is handed on.
         let method = method_label(request.uri().path());
+        let version = protocol_version_label(request.uri().path());
         let answer = self.inner.call(request);
         let Some(rpc) = self.rpc.clone().filter(|_| grpc) else {
             return Box::pin(answer);
@@ -602,13 +626,13 @@ where
         Box::pin(async move {
             let response = answer.await?;
             if let Some(code) = grpc_status(response.headers()) {
-                rpc.record(Binding::Grpc, method, code, start.elapsed());
+                rpc.record(Binding::Grpc, version, method, code, start.elapsed());
                 return Ok(response);
             }
             Ok(response.map(|body| {
                 tonic::body::Body::new(ObservedBody {
                     body,
-                    ended: Some((rpc, method, start)),
+                    ended: Some((rpc, version, method, start)),
                 })
             }))
         })
@@ -635,13 +659,13 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<tonic::Code> {
 struct ObservedBody {
     body: tonic::body::Body,
     /// Taken when recorded.
-    ended: Option<(RpcMetrics, &'static str, std::time::Instant)>,
+    ended: Option<(RpcMetrics, &'static str, &'static str, std::time::Instant)>,
 }
 
 impl ObservedBody {
     fn record(&mut self, code: tonic::Code) {
-        if let Some((rpc, method, start)) = self.ended.take() {
-            rpc.record(Binding::Grpc, method, code, start.elapsed());
+        if let Some((rpc, version, method, start)) = self.ended.take() {
+            rpc.record(Binding::Grpc, version, method, code, start.elapsed());
         }
     }
 }

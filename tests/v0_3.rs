@@ -805,5 +805,26 @@ async fn the_0_3_grpc_service() {
     let mut v1 = server.client().await;
     let read = support::get_task(&mut v1, "", &task.id).await.unwrap();
     assert_eq!(read.id, task.id);
+
+    // Counted as the 1.0 operations, with the version they came in.
+    let metrics = support::http_get(server.addr, "/metrics", &[]).await.body;
+    let scrape = support::parse_metrics(&metrics);
+    let count = |version: &str, method: &str, code: &str| {
+        support::metric_value(
+            &scrape,
+            "a2a_rpc_requests_total",
+            &[
+                ("binding", "grpc"),
+                ("protocol_version", version),
+                ("method", method),
+                ("code", code),
+            ],
+        )
+    };
+    assert_eq!(count("0.3", "SendMessage", "OK"), 2.0, "{metrics}");
+    assert_eq!(count("0.3", "SubscribeToTask", "OK"), 0.0);
+    assert_eq!(count("0.3", "SendStreamingMessage", "OK"), 1.0);
+    assert_eq!(count("0.3", "GetTask", "NOT_FOUND"), 1.0);
+    assert_eq!(count("1.0", "GetTask", "OK"), 1.0);
     server.stop().await;
 }

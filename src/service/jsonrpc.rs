@@ -134,7 +134,8 @@ pub async fn serve(
         Err(refusal) => return *refusal,
     };
     let id = request.id.to_owned();
-    let mut record = bindings.observe(Binding::JsonRpc, request.operation());
+    let mut record =
+        bindings.observe_version(Binding::JsonRpc, request.version(), request.operation());
     let span = crate::telemetry::rpc_span(|| record.method(), "jsonrpc", call.trace.as_ref());
     let keepalive = bindings.keepalive();
     let answer = dispatch(bindings.api(), &call, &path_tenant, &request)
@@ -210,7 +211,11 @@ async fn batch(
                     &not_a_request("streaming methods cannot be batched"),
                 ),
                 Ok(request) => {
-                    let mut record = bindings.observe(Binding::JsonRpc, request.operation());
+                    let mut record = bindings.observe_version(
+                        Binding::JsonRpc,
+                        request.version(),
+                        request.operation(),
+                    );
                     match dispatch(bindings.api(), call, path_tenant, &request).await {
                         Answer::Result(result) => {
                             record.end(None);
@@ -305,6 +310,15 @@ impl<'a> Request<'a> {
     /// form and codes.
     fn v03(&self) -> bool {
         v0_3::jsonrpc::operation(self.method).is_some()
+    }
+
+    /// The `protocol_version` label.
+    fn version(&self) -> &'static str {
+        if self.v03() {
+            crate::metrics::V0_3
+        } else {
+            crate::metrics::V1_0
+        }
     }
 
     /// The operation's metrics label: a 0.3 method counts as the 1.0

@@ -80,9 +80,20 @@ impl HttpBindings {
 
     /// Starts recording one call of `method` over `binding`.
     pub(crate) fn observe(&self, binding: Binding, method: &'static str) -> CallRecord {
+        self.observe_version(binding, crate::metrics::V1_0, method)
+    }
+
+    /// [`HttpBindings::observe`] of a call of `protocol_version`.
+    pub(crate) fn observe_version(
+        &self,
+        binding: Binding,
+        protocol_version: &'static str,
+        method: &'static str,
+    ) -> CallRecord {
         CallRecord {
             rpc: self.metrics.clone(),
             binding,
+            protocol_version,
             method,
             start: Instant::now(),
             code: None,
@@ -378,6 +389,7 @@ pub(crate) fn with_challenge(mut response: Response, err: &A2aError) -> Response
 pub(crate) struct CallRecord {
     rpc: Option<RpcMetrics>,
     binding: Binding,
+    protocol_version: &'static str,
     method: &'static str,
     start: Instant,
     code: Option<tonic::Code>,
@@ -390,6 +402,7 @@ impl CallRecord {
         CallRecord {
             rpc: None,
             binding,
+            protocol_version: crate::metrics::V1_0,
             method,
             start: Instant::now(),
             code: None,
@@ -409,7 +422,13 @@ impl CallRecord {
     fn record(&mut self) {
         if let Some(rpc) = self.rpc.take() {
             let code = self.code.unwrap_or(tonic::Code::Cancelled);
-            rpc.record(self.binding, self.method, code, self.start.elapsed());
+            rpc.record(
+                self.binding,
+                self.protocol_version,
+                self.method,
+                code,
+                self.start.elapsed(),
+            );
         }
     }
 }

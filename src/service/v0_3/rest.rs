@@ -130,8 +130,9 @@ pub async fn serve(
     body: Body,
 ) -> Response {
     let call = call_context(Binding::HttpJson, &parts);
-    let mut record = bindings.observe(
+    let mut record = bindings.observe_version(
         Binding::HttpJson,
+        crate::metrics::V0_3,
         crate::metrics::operation_label(route.operation()),
     );
     let span = crate::telemetry::rpc_span(|| record.method(), "http-json", call.trace.as_ref());
