@@ -134,6 +134,12 @@ struct Load {
     /// flight) instead of HTTP/2 over `--connections` connections.
     #[arg(long)]
     http1: bool,
+    /// The send and stream workloads of a JSON binding as protocol 0.3
+    /// calls (JSON-RPC `message/send`, `message/stream`; HTTP+JSON
+    /// `/v1/message:send`, `/v1/message:stream`), translated by the
+    /// server to the same 1.0 operations.
+    #[arg(long = "v0-3")]
+    v0_3: bool,
 }
 
 fn parse_binding(name: &str) -> Result<Binding, String> {
@@ -509,6 +515,8 @@ struct JsonClient {
     base: String,
     binding: Binding,
     token: Option<String>,
+    /// Events are 0.3's (counted, not decoded as 1.0 StreamResponses).
+    v0_3: bool,
 }
 
 impl JsonClient {
@@ -526,6 +534,7 @@ impl JsonClient {
             base: target.trim_end_matches('/').to_owned(),
             binding,
             token: load.token.clone(),
+            v0_3: load.v0_3,
         })
     }
 
@@ -609,8 +618,19 @@ impl JsonClient {
                 else {
                     continue;
                 };
-                let payload = self.payload(data)?;
                 events += 1;
+                if self.v0_3 {
+                    // 0.3 events: an error one ends the call as failed.
+                    if data.windows(8).any(|w| w == b"\"error\":") {
+                        return Err(format!(
+                            "{method}: an error event: {}",
+                            String::from_utf8_lossy(data)
+                        )
+                        .into());
+                    }
+                    continue;
+                }
+                let payload = self.payload(data)?;
                 if !each(payload) {
                     return Ok(events);
                 }
@@ -652,6 +672,20 @@ fn send_json(tenant: &str, text: &str, return_immediately: bool) -> String {
     )
 }
 
+/// A protocol 0.3 send: JSON-RPC `MessageSendParams`, or HTTP+JSON the
+/// ProtoJSON of 0.3's `SendMessageRequest`.
+fn send_json_v0_3(binding: Binding, text: &str, blocking: bool) -> String {
+    let id = uuid::Uuid::new_v4();
+    match binding {
+        Binding::JsonRpc => format!(
+            r#"{{"message":{{"kind":"message","messageId":"{id}","role":"user","parts":[{{"kind":"text","text":"{text}"}}]}},"configuration":{{"blocking":{blocking}}}}}"#
+        ),
+        _ => format!(
+            r#"{{"message":{{"messageId":"{id}","role":"ROLE_USER","content":[{{"text":"{text}"}}]}},"configuration":{{"blocking":{blocking}}}}}"#
+        ),
+    }
+}
+
 fn tenant_path(tenant: &str, path: &str) -> String {
     if tenant.is_empty() {
         path.to_owned()
@@ -674,7 +708,35 @@ async fn run_json_workload(args: &RunArgs, grpc: &[Client]) -> Result<Outcome, A
         .collect::<Result<Vec<_>, _>>()?;
     let tenant = args.load.tenant.clone();
     let pid = args.server_pid;
+    let binding = args.load.binding;
     match args.workload {
+        Workload::Send | Workload::SendBlocking if args.load.v0_3 => {
+            let blocking = args.workload == Workload::SendBlocking;
+            closed_loop(&clients, &args.load, pid, move |c, _| {
+                let params = send_json_v0_3(binding, "go", blocking);
+                let path = tenant_path(&tenant, "/v1/message:send");
+                async move {
+                    c.call("message/send", ("POST", path), params)
+                        .await
+                        .map(|_| 0)
+                }
+            })
+            .await
+        }
+        Workload::Stream if args.load.v0_3 => {
+            closed_loop(&clients, &args.load, pid, move |c, _| {
+                let params = send_json_v0_3(binding, "go", true);
+                let path = tenant_path(&tenant, "/v1/message:stream");
+                async move {
+                    c.stream("message/stream", ("POST", path), params, |_| true)
+                        .await
+                }
+            })
+            .await
+        }
+        _ if args.load.v0_3 => {
+            Err("--v0-3 takes the send, send-blocking and stream workloads".into())
+        }
         Workload::Send | Workload::SendBlocking => {
             let immediately = args.workload == Workload::Send;
             closed_loop(&clients, &args.load, pid, move |c, _| {
@@ -1448,6 +1510,51 @@ async fn json_bindings_cost(
                 binding.name()
             ));
         }
+        // Protocol 0.3's send on this binding, beside 1.0's: what the
+        // translation at the edge costs.
+        let v1_send = rows
+            .iter()
+            .rev()
+            .find(|r: &&Row| r.name == format!("{label}: SendMessage (non-blocking)"))
+            .map_or(f64::NAN, |r| r.ours);
+        let mut cpus = Vec::new();
+        let mut last = Outcome::default();
+        for round in 1..=args.rounds {
+            let mut load = args.load.clone();
+            load.binding = binding;
+            load.v0_3 = true;
+            let outcome = run_workload(&RunArgs::against(ours, Workload::Send, load)).await?;
+            let cpu = outcome.cpu_us_per_request().unwrap_or(f64::NAN);
+            eprintln!(
+                "round {round} {label} 0.3 SendMessage: {:.0} req/s {cpu:.1} µs CPU/req (1.0 {v1_send:.1})",
+                outcome.rate()
+            );
+            cpus.push(cpu);
+            last = outcome;
+        }
+        let cpu = median(cpus);
+        let ratio = cpu / v1_send;
+        rows.push(Row {
+            name: format!("{label}: 0.3 SendMessage (non-blocking)"),
+            bare: v1_send,
+            tuned: f64::NAN,
+            ours: cpu,
+            unit: "µs CPU/req (1.0 send vs 0.3 send)",
+            ratio,
+            ratio_tuned: f64::NAN,
+            target: "shown beside 1.0".into(),
+            ok: ratio.is_finite(),
+            extra: format!(
+                "{:.0} req/s, p50 {} µs, p99 {} µs",
+                last.rate(),
+                last.p50_us,
+                last.p99_us
+            ),
+        });
+        json.push(format!(
+            "{{\"name\":\"{} 0.3 SendMessage (non-blocking)\",\"ratio_to_1_0\":{ratio:.3}}}",
+            binding.name()
+        ));
         let (mut rates, mut lost, mut subs) = (Vec::new(), 0, 0);
         for _ in 1..=args.rounds {
             let mut load = args.load.clone();
