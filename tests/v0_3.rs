@@ -828,3 +828,43 @@ async fn the_0_3_grpc_service() {
     assert_eq!(count("1.0", "GetTask", "OK"), 1.0);
     server.stop().await;
 }
+
+/// The extended card, over 0.3's JSON-RPC method and REST route: the
+/// 0.3 fields a 0.3 client validates, beside the 1.0 card.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_extended_card_in_0_3_form() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("v0_3-extended");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&path, r#"{"name": "Test runner (extended)"}"#).unwrap();
+    let extended = a2a_lifecycle::discovery::DiscoveryConfig::read_extended_card(&path).unwrap();
+    let server = TestServer::start_discovery(
+        std::sync::Arc::new(a2a_lifecycle::store::MemoryStore::new()),
+        a2a_lifecycle::agent::demo::demo_router(),
+        Default::default(),
+        a2a_lifecycle::discovery::DiscoveryConfig {
+            extended_card: Some(extended),
+            ..Default::default()
+        },
+    )
+    .await;
+    let http = Http::new(server.addr);
+    let public = support::http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
+    let public: Value = serde_json::from_str(&public.body).unwrap();
+    assert_eq!(
+        public["supportsAuthenticatedExtendedCard"], true,
+        "{public}"
+    );
+    let rpc = http
+        .rpc("agent/getAuthenticatedExtendedCard", json!({}))
+        .await;
+    let rest = http.rest("GET", "/v1/card", None).await;
+    assert_eq!(rest.status, 200, "{:?}", rest.body);
+    for card in [rpc.result(), &rest.body] {
+        assert_eq!(card["name"], "Test runner (extended)", "{card}");
+        assert_eq!(card["url"], format!("http://{}/", server.addr), "{card}");
+        assert_eq!(card["preferredTransport"], "JSONRPC", "{card}");
+        assert_eq!(card["supportsAuthenticatedExtendedCard"], true, "{card}");
+    }
+    server.stop().await;
+}

@@ -229,11 +229,17 @@ async fn serve(
             Answer::Result(b"null".to_vec())
         }
         "agent/getAuthenticatedExtendedCard" => {
-            let request = proto::GetExtendedAgentCardRequest { tenant };
+            // The 0.3 client validates the answer as a 0.3 card: the
+            // extended card with the 0.3 fields, as the public one has.
+            let request = proto::GetExtendedAgentCardRequest {
+                tenant: tenant.clone(),
+            };
             let card = api.get_extended_agent_card(call, request).await?;
-            let mut out = Vec::with_capacity(1024);
-            crate::json::write(&card, &mut out).map_err(|e| A2aError::Internal(e.to_string()))?;
-            Answer::Result(out)
+            let mut value =
+                crate::json::to_value(&card).map_err(|e| A2aError::Internal(e.to_string()))?;
+            let interfaces = api.cards().v03_interfaces(&tenant);
+            crate::discovery::v0_3::add_fields(&mut value, &card, &interfaces);
+            result(&value)
         }
         other => {
             return Err(A2aError::MethodNotFound {
