@@ -38,8 +38,9 @@ use crate::agent::AgentRouter;
 use crate::content::InputModes;
 use crate::error::A2aError;
 use crate::json::{self, JsonError};
-use crate::proto::{AgentCapabilities, AgentCard, AgentInterface, AgentProvider, Message};
+use crate::proto::{AgentCard, AgentInterface, AgentProvider, Message};
 
+mod extended;
 pub mod signing;
 pub mod v0_3;
 
@@ -259,19 +260,16 @@ pub struct Cards {
 /// first: its endpoint (`/` or `/{tenant}`: 0.3 has no tenant field, the
 /// path carries it), then the HTTP+JSON base its `/v1/...` routes follow.
 fn v03_interfaces(
-    config: &DiscoveryConfig,
+    bindings: crate::bindings::BindingSet,
     http_url: &str,
     tenant: &str,
 ) -> Vec<(String, &'static str)> {
     use crate::bindings::Binding;
-    if config.no_v0_3 {
-        return Vec::new();
-    }
     let mut interfaces = Vec::new();
-    if config.bindings.contains(Binding::JsonRpc) {
+    if bindings.contains(Binding::JsonRpc) {
         interfaces.push((format!("{http_url}/{tenant}"), "JSONRPC"));
     }
-    if config.bindings.contains(Binding::HttpJson) {
+    if bindings.contains(Binding::HttpJson) {
         let base = if tenant.is_empty() {
             http_url.to_owned()
         } else {
@@ -281,7 +279,7 @@ fn v03_interfaces(
     }
     // 0.3's gRPC service has no tenant (no field, no path): the default
     // agent's card lists it.
-    if config.bindings.contains(Binding::Grpc) && tenant.is_empty() {
+    if bindings.contains(Binding::Grpc) && tenant.is_empty() {
         let authority = http_url
             .trim_start_matches("https://")
             .trim_start_matches("http://")
@@ -359,7 +357,7 @@ impl Cards {
             let mut extended = match &config.extended_card {
                 Some(file) if tenant.is_empty() => {
                     capabilities.extended_agent_card = Some(true);
-                    let mut extended = complete_extended_card(file.clone(), &card)?;
+                    let mut extended = extended::complete(file.clone(), &card)?;
                     if let Some(security) = &config.security {
                         security.declare(&mut extended);
                     }
@@ -403,7 +401,11 @@ impl Cards {
                 }
             }
             let mut value = json::to_value(&card)?;
-            let interfaces = v03_interfaces(config, &http_url, &tenant);
+            let interfaces = if config.no_v0_3 {
+                Vec::new()
+            } else {
+                v03_interfaces(config.bindings, &http_url, &tenant)
+            };
             v0_3::add_fields(&mut value, &card, &interfaces);
             let body =
                 serde_json::to_string_pretty(&value).map_err(|e| JsonError::from_display(&e))?;
@@ -434,12 +436,10 @@ impl Cards {
 
     /// The 0.3 interfaces of `tenant`'s card (URL, 0.3 transport name).
     pub fn v03_interfaces(&self, tenant: &str) -> Vec<(String, &'static str)> {
-        let config = DiscoveryConfig {
-            bindings: self.bindings,
-            no_v0_3: !self.v0_3,
-            ..Default::default()
-        };
-        v03_interfaces(&config, &self.http_url, tenant)
+        if !self.v0_3 {
+            return Vec::new();
+        }
+        v03_interfaces(self.bindings, &self.http_url, tenant)
     }
 
     /// Whether protocol 0.3 is served (spec §3.6.2: else a request
@@ -636,98 +636,6 @@ async fn tenant_card(
     headers: HeaderMap,
 ) -> Response {
     cards.respond(&tenant, &headers)
-}
-
-/// The `--extended-card` file with the fields the server fills in on the
-/// public card (`public`): the interfaces, `streaming` as the agent
-/// declares it, `pushNotifications` false and `extendedAgentCard` true.
-/// Spec §3.1.11: a client replaces its cached public card with this one,
-/// so a field left out would read as "off" (a client would stop
-/// streaming); one that contradicts the public card is refused.
-fn complete_extended_card(
-    mut extended: AgentCard,
-    public: &AgentCard,
-) -> Result<AgentCard, CardError> {
-    let contradiction = |field, problem: String| CardError::ExtendedCard { field, problem };
-    if extended.supported_interfaces.is_empty() {
-        extended.supported_interfaces = public.supported_interfaces.clone();
-    } else if extended.supported_interfaces != public.supported_interfaces {
-        let ours: Vec<String> = public
-            .supported_interfaces
-            .iter()
-            .map(|i| {
-                format!(
-                    "{} {} version {}",
-                    i.protocol_binding, i.url, i.protocol_version
-                )
-            })
-            .collect();
-        return Err(contradiction(
-            "supportedInterfaces",
-            format!(
-                "differs from the public card's [{}]: leave it out and the server fills it in",
-                ours.join(", ")
-            ),
-        ));
-    }
-    let public_capabilities = public.capabilities.clone().unwrap_or_default();
-    let capabilities = extended
-        .capabilities
-        .get_or_insert_with(AgentCapabilities::default);
-    let streams = public_capabilities.streaming == Some(true);
-    match capabilities.streaming {
-        None => capabilities.streaming = public_capabilities.streaming,
-        Some(declared) if declared == streams => {}
-        Some(declared) => {
-            let agent = if streams {
-                "streams"
-            } else {
-                "does not stream"
-            };
-            return Err(contradiction(
-                "capabilities.streaming",
-                format!(
-                    "is {declared}, but the agent {agent}: leave it out or set it to {streams}"
-                ),
-            ));
-        }
-    }
-    let push = public
-        .capabilities
-        .as_ref()
-        .and_then(|c| c.push_notifications)
-        .unwrap_or(false);
-    let fixed = [
-        (
-            &mut capabilities.push_notifications,
-            push,
-            "capabilities.pushNotifications",
-            if push {
-                "this server delivers push notifications"
-            } else {
-                "this server offers no push notifications"
-            },
-        ),
-        (
-            &mut capabilities.extended_agent_card,
-            true,
-            "capabilities.extendedAgentCard",
-            "this is the extended card",
-        ),
-    ];
-    for (value, expected, field, why) in fixed {
-        match *value {
-            None => *value = Some(expected),
-            Some(declared) if declared == expected => {}
-            Some(declared) => {
-                return Err(contradiction(
-                    field,
-                    format!("is {declared}, but {why}: leave it out or set it to {expected}"),
-                ));
-            }
-        }
-    }
-    Ok(extended)
 }
 
 fn truncate_to_seconds(t: SystemTime) -> SystemTime {

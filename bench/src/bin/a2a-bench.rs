@@ -1472,21 +1472,17 @@ async fn json_bindings_cost(
                 .iter()
                 .find(|(w, _)| *w == workload)
                 .map_or(f64::NAN, |(_, cpu)| *cpu);
-            let mut cpus = Vec::new();
-            let mut last = Outcome::default();
-            for round in 1..=args.rounds {
-                let mut load = args.load.clone();
-                load.binding = binding;
-                let outcome = run_workload(&RunArgs::against(ours, workload, load)).await?;
-                let cpu = outcome.cpu_us_per_request().unwrap_or(f64::NAN);
-                eprintln!(
-                    "round {round} {label} {name}: {:.0} req/s {cpu:.1} µs CPU/req (gRPC {grpc:.1})",
-                    outcome.rate()
-                );
-                cpus.push(cpu);
-                last = outcome;
-            }
-            let cpu = median(cpus);
+            let mut load = args.load.clone();
+            load.binding = binding;
+            let (cpu, last) = cpu_rounds(
+                args.rounds,
+                ours,
+                workload,
+                &load,
+                &format!("{label} {name}"),
+                &format!("gRPC {grpc:.1}"),
+            )
+            .await?;
             let ratio = cpu / grpc;
             rows.push(Row {
                 name: format!("{label}: {name}"),
@@ -1517,22 +1513,18 @@ async fn json_bindings_cost(
             .rev()
             .find(|r: &&Row| r.name == format!("{label}: SendMessage (non-blocking)"))
             .map_or(f64::NAN, |r| r.ours);
-        let mut cpus = Vec::new();
-        let mut last = Outcome::default();
-        for round in 1..=args.rounds {
-            let mut load = args.load.clone();
-            load.binding = binding;
-            load.v0_3 = true;
-            let outcome = run_workload(&RunArgs::against(ours, Workload::Send, load)).await?;
-            let cpu = outcome.cpu_us_per_request().unwrap_or(f64::NAN);
-            eprintln!(
-                "round {round} {label} 0.3 SendMessage: {:.0} req/s {cpu:.1} µs CPU/req (1.0 {v1_send:.1})",
-                outcome.rate()
-            );
-            cpus.push(cpu);
-            last = outcome;
-        }
-        let cpu = median(cpus);
+        let mut load = args.load.clone();
+        load.binding = binding;
+        load.v0_3 = true;
+        let (cpu, last) = cpu_rounds(
+            args.rounds,
+            ours,
+            Workload::Send,
+            &load,
+            &format!("{label} 0.3 SendMessage"),
+            &format!("1.0 {v1_send:.1}"),
+        )
+        .await?;
         let ratio = cpu / v1_send;
         rows.push(Row {
             name: format!("{label}: 0.3 SendMessage (non-blocking)"),
@@ -1590,6 +1582,32 @@ async fn json_bindings_cost(
         ));
     }
     Ok((rows, json))
+}
+
+/// `rounds` runs of `workload` under `load`, each reported as `name`
+/// beside `against`: the median server CPU per request, and the last
+/// run's outcome.
+async fn cpu_rounds(
+    rounds: usize,
+    ours: &Server,
+    workload: Workload,
+    load: &Load,
+    name: &str,
+    against: &str,
+) -> Result<(f64, Outcome), AnyError> {
+    let mut cpus = Vec::new();
+    let mut last = Outcome::default();
+    for round in 1..=rounds {
+        let outcome = run_workload(&RunArgs::against(ours, workload, load.clone())).await?;
+        let cpu = outcome.cpu_us_per_request().unwrap_or(f64::NAN);
+        eprintln!(
+            "round {round} {name}: {:.0} req/s {cpu:.1} µs CPU/req ({against})",
+            outcome.rate()
+        );
+        cpus.push(cpu);
+        last = outcome;
+    }
+    Ok((median(cpus), last))
 }
 
 /// The key sets the test suite uses (`tests/fixtures/auth`): the bench's

@@ -31,14 +31,8 @@ impl A2aGrpcV03 {
 
     /// The call's context, checked for 0.3 (spec §3.6.2).
     fn call<T>(&self, request: &Request<T>) -> Result<CallContext, Status> {
-        if !self.api.cards().serves_v0_3() {
-            return Err(A2aError::VersionNotSupported {
-                requested: "0.3".into(),
-            }
-            .into());
-        }
         let call = crate::service::grpc::context(request);
-        Ok(super::jsonrpc::call_for(&call)?)
+        Ok(super::jsonrpc::call_for(&self.api, &call)?)
     }
 }
 

@@ -57,9 +57,15 @@ pub fn streaming(method: &str) -> bool {
     matches!(method, "message/stream" | "tasks/resubscribe")
 }
 
-/// Spec §3.6.2 for a 0.3 method: no version, an empty one or 0.3 (any
-/// patch) is served; the call then goes to the core as a 1.0 call.
-pub fn call_for(call: &CallContext) -> Result<CallContext, A2aError> {
+/// Spec §3.6.2 for a 0.3 call on any binding: refused when 0.3 is not
+/// served (`--no-v0-3`); else no version, an empty one or 0.3 (any patch)
+/// is served, and the call goes to the core as a 1.0 call.
+pub fn call_for(api: &A2aApi, call: &CallContext) -> Result<CallContext, A2aError> {
+    if !api.cards().serves_v0_3() {
+        return Err(A2aError::VersionNotSupported {
+            requested: "0.3".into(),
+        });
+    }
     match call.params.version.as_deref() {
         None | Some("") => {}
         Some(v) if v == "0.3" || v.strip_prefix("0.3.").is_some() => {}
@@ -107,12 +113,7 @@ async fn serve(
     method: &str,
     raw: Option<&str>,
 ) -> Result<Answer, A2aError> {
-    if !api.cards().serves_v0_3() {
-        return Err(A2aError::VersionNotSupported {
-            requested: "0.3".into(),
-        });
-    }
-    let call = &call_for(call)?;
+    let call = &call_for(api, call)?;
     let tenant = tenant.to_owned();
     Ok(match method {
         "message/send" => {

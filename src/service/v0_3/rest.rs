@@ -218,12 +218,7 @@ async fn dispatch(
     bytes: &[u8],
 ) -> Result<Answer, A2aError> {
     let api = bindings.api();
-    if !api.cards().serves_v0_3() {
-        return Err(A2aError::VersionNotSupported {
-            requested: "0.3".into(),
-        });
-    }
-    let call = &super::jsonrpc::call_for(call)?;
+    let call = &super::jsonrpc::call_for(api, call)?;
     let tenant = tenant.to_owned();
     match route {
         Route::Send => {
