@@ -409,6 +409,31 @@ impl Authenticator {
         self.failures.failed(peer, std::time::Instant::now())
     }
 
+    /// What every refused credential gets, wherever it was offered (an
+    /// A2A call on `binding`, `/metrics`): logged with its reason cut
+    /// short, counted in `metrics`, and answered only after the peer's
+    /// delay, so a guesser gains nothing by moving to another route.
+    pub async fn refused(
+        &self,
+        peer: Option<std::net::SocketAddr>,
+        binding: &str,
+        error: &AuthError,
+        metrics: Option<&crate::metrics::Metrics>,
+    ) {
+        let reason =
+            crate::error::cut(&error.to_string(), crate::error::MAX_MESSAGE_BYTES).into_owned();
+        tracing::warn!(?peer, binding, %reason, "authentication failed");
+        if let Some(metrics) = metrics {
+            metrics.auth.failed(error.kind());
+        }
+        if let Some(peer) = peer {
+            let delay = self.failed(peer.ip());
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+
     /// The principal behind an `authorization` value.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
         let value = authorization.ok_or(AuthError::Missing)?;
@@ -600,13 +625,16 @@ impl JwtIssuer {
         let kid = header
             .kid
             .ok_or_else(|| refused("the token names no key (kid)".into()))?;
+        // The caller chose the kid: said back (and logged) cut short.
+        let shown = || crate::error::cut(&kid, crate::error::MAX_ECHO_BYTES).into_owned();
         let (algorithm, key) = self
             .keys
             .get(&kid)
-            .ok_or_else(|| refused(format!("unknown key {kid:?}")))?;
+            .ok_or_else(|| refused(format!("unknown key {:?}", shown())))?;
         if header.alg != *algorithm {
             return Err(refused(format!(
-                "key {kid:?} verifies {algorithm:?}, not {:?}",
+                "key {:?} verifies {algorithm:?}, not {:?}",
+                shown(),
                 header.alg
             )));
         }
@@ -711,6 +739,8 @@ impl FailureLimiter {
     /// Records a failure from `peer` at `now`; how long to wait before
     /// answering it.
     pub fn failed(&self, peer: std::net::IpAddr, now: std::time::Instant) -> std::time::Duration {
+        // An IPv6 host holds a /64: its addresses are one peer.
+        let peer = crate::connections::peer_key(peer);
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         if !peers.contains_key(&peer) && peers.len() >= MAX_TRACKED_PEERS {
             // Expired entries first; otherwise the one whose window began
@@ -769,6 +799,18 @@ mod tests {
         // Another address is not affected.
         let other = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2));
         assert_eq!(limiter.failed(other, start), Duration::ZERO);
+        // An IPv6 host's addresses are one peer (its /64); another /64 is
+        // another peer.
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        for i in 0..FREE_FAILURES {
+            let addr = v6(&format!("2001:db8:1:2::{i:x}"));
+            assert_eq!(limiter.failed(addr, start), Duration::ZERO);
+        }
+        assert_eq!(
+            limiter.failed(v6("2001:db8:1:2:ffff::9"), start),
+            FIRST_DELAY
+        );
+        assert_eq!(limiter.failed(v6("2001:db8:1:3::1"), start), Duration::ZERO);
         // A new window starts afresh.
         assert_eq!(limiter.failed(peer, start + FAILURE_WINDOW), Duration::ZERO);
     }

@@ -40,6 +40,19 @@ use tokio_util::task::TaskTracker;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tower::Service;
 
+/// The peer a client address counts as for per-peer bounds (connections,
+/// authentication failures): an IPv4 address itself (an IPv4-mapped IPv6
+/// address as its IPv4 address), an IPv6 address as its /64, which one
+/// host is usually given whole (RFC 6177) and may spread over at will.
+pub fn peer_key(addr: std::net::IpAddr) -> std::net::IpAddr {
+    match addr.to_canonical() {
+        std::net::IpAddr::V6(v6) => {
+            std::net::IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into())
+        }
+        v4 => v4,
+    }
+}
+
 /// Connections served at once; one more is closed at accept.
 pub const MAX_CONNECTIONS: usize = 4096;
 /// Concurrent HTTP/2 streams per connection, advertised in SETTINGS

@@ -8,11 +8,32 @@
 //! beside its adapter (spec §5.4): `service::grpc` (status codes),
 //! `service::jsonrpc` (error codes), `service::http_json` (HTTP statuses).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// The `ErrorInfo.domain` of every error this server returns (spec §10.6).
 pub const ERROR_DOMAIN: &str = "a2a-protocol.org";
+
+/// The most of one value a caller sent (a tenant, an id, a key id) that an
+/// error's metadata, a log line or a span repeats: a caller's megabytes
+/// never become the server's log lines.
+pub const MAX_ECHO_BYTES: usize = 256;
+/// The longest error message written to a caller or a log.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `text` cut to at most `max` bytes (at a character boundary), marked
+/// `...` when cut.
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}...", &text[..end]))
+}
 
 /// A field that failed validation, for `google.rpc.BadRequest`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,19 +178,35 @@ impl A2aError {
         }
     }
 
-    /// The fields a validation error names (`google.rpc.BadRequest`).
+    /// The message every binding writes: the error's text, at most
+    /// [`MAX_MESSAGE_BYTES`] (it may quote what the caller sent).
+    pub fn message(&self) -> String {
+        let text = self.to_string();
+        match cut(&text, MAX_MESSAGE_BYTES) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(cut) => cut,
+        }
+    }
+
+    /// The fields a validation error names (`google.rpc.BadRequest`),
+    /// each part at most [`MAX_MESSAGE_BYTES`].
     pub fn field_violations(&self) -> Vec<FieldViolation> {
+        let bounded = |v: &FieldViolation| FieldViolation {
+            field: cut(&v.field, MAX_ECHO_BYTES).into_owned(),
+            description: cut(&v.description, MAX_MESSAGE_BYTES).into_owned(),
+        };
         match self {
-            A2aError::InvalidArgument(violations) => violations.clone(),
-            A2aError::ContentTypeNotSupported { field, .. } => vec![FieldViolation {
+            A2aError::InvalidArgument(violations) => violations.iter().map(bounded).collect(),
+            A2aError::ContentTypeNotSupported { field, .. } => vec![bounded(&FieldViolation {
                 field: field.clone(),
                 description: self.to_string(),
-            }],
+            })],
             _ => Vec::new(),
         }
     }
 
-    /// The `ErrorInfo.metadata`: the task, and what else names the cause.
+    /// The `ErrorInfo.metadata`: the task, and what else names the cause;
+    /// each value at most [`MAX_ECHO_BYTES`].
     pub fn metadata(&self) -> HashMap<String, String> {
         let task_id = match self {
             A2aError::TaskNotFound { task_id }
@@ -222,6 +259,11 @@ impl A2aError {
                 metadata.insert("max_bytes".to_owned(), max_bytes.to_string());
             }
             _ => {}
+        }
+        for value in metadata.values_mut() {
+            if let Cow::Owned(cut) = cut(value, MAX_ECHO_BYTES) {
+                *value = cut;
+            }
         }
         metadata
     }

@@ -137,7 +137,7 @@ impl PushArgs {
             egress: a2a_lifecycle::push::egress::Egress::new(self.push_allow_cidr),
             timeout: self.push_timeout,
             max_attempts: self.push_max_attempts,
-            metrics: None,
+            ..Default::default()
         })
     }
 }
@@ -150,8 +150,14 @@ enum Command {
         listen: SocketAddr,
         /// Task store: `sqlite:PATH` (durable; the folder is created),
         /// `postgres://USER@HOST:PORT/DB` (durable, on a PostgreSQL server)
-        /// or `memory` (lost on exit).
-        #[arg(long, env = "A2A_STORE", default_value = "sqlite:./a2a-data/tasks.db")]
+        /// or `memory` (lost on exit). A password in it is never shown
+        /// (`--help` hides the environment's value) or logged.
+        #[arg(
+            long,
+            env = "A2A_STORE",
+            hide_env_values = true,
+            default_value = "sqlite:./a2a-data/tasks.db"
+        )]
         store: String,
         /// With a PostgreSQL store, shared by replicas: how long this
         /// replica's lease lasts (renewed every third of it). A replica that
@@ -1031,9 +1037,39 @@ async fn open_store(spec: &str, lease: Duration) -> Result<Arc<dyn TaskStore>, A
         return Ok(Arc::new(store));
     }
     Err(format!(
-        "unknown --store {spec:?}; supported: memory, sqlite:PATH, postgres://USER@HOST:PORT/DB"
+        "unknown --store {:?}; supported: memory, sqlite:PATH, postgres://USER@HOST:PORT/DB",
+        without_password(spec)
     )
     .into())
+}
+
+/// A store URL as it may be shown: a password in its user information
+/// (`USER:PASSWORD@`) or its query (`password=...`) replaced by `***`.
+fn without_password(spec: &str) -> String {
+    let mut shown = spec.to_owned();
+    if let Some(scheme_end) = shown.find("://") {
+        let start = scheme_end + 3;
+        let authority_end = shown[start..]
+            .find(['/', '?'])
+            .map_or(shown.len(), |i| start + i);
+        if let Some(at) = shown[start..authority_end].rfind('@')
+            && let Some(colon) = shown[start..start + at].find(':')
+        {
+            shown.replace_range(start + colon + 1..start + at, "***");
+        }
+    }
+    if let Some(query) = shown.find('?') {
+        let (head, tail) = shown.split_at(query + 1);
+        let tail: Vec<String> = tail
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        shown = format!("{head}{}", tail.join("&"));
+    }
+    shown
 }
 
 /// `--retain`: a duration, or `off`.

@@ -73,7 +73,7 @@ impl State {
         !self.draining && self.store.is_none()
     }
 
-    /// What `/readyz` answers.
+    /// What `/readyz` answers a caller that authenticated: the reason.
     fn describe(&self) -> String {
         match (&self.store, self.draining) {
             (_, true) => "draining".to_owned(),
@@ -204,15 +204,26 @@ pub async fn probe_store(
     }
 }
 
+/// Who reaches what on a port's operations routes.
+#[derive(Clone)]
+pub enum Access {
+    /// `--metrics-listen`'s listener, for a private network or loopback:
+    /// metrics and why the server is not ready, without credentials.
+    Private,
+    /// The server's own port: with `auth`, metrics and why the server is
+    /// not ready for authenticated callers only; without, metrics for all
+    /// and the reason for none (it is logged).
+    Public(Option<Arc<Authenticator>>),
+}
+
 /// What a port serves besides the gRPC services: the probes and, with
-/// metrics, `/metrics` (for authenticated callers only when `auth` is
-/// given).
-pub fn http_router(
-    health: Health,
-    metrics: Option<&Arc<Metrics>>,
-    auth: Option<Arc<Authenticator>>,
-) -> axum::Router {
-    let router = health_router(health);
+/// metrics, `/metrics`.
+pub fn http_router(health: Health, metrics: Option<&Arc<Metrics>>, access: Access) -> axum::Router {
+    let router = health_router(health, access.clone());
+    let auth = match access {
+        Access::Private => None,
+        Access::Public(auth) => auth,
+    };
     match metrics {
         Some(metrics) => router.merge(metrics_router(metrics.clone(), auth)),
         None => router,
@@ -220,24 +231,52 @@ pub fn http_router(
 }
 
 /// `GET /healthz` (200 while the process answers) and `GET /readyz` (200
-/// `ready`, or 503 with the reason: `draining`, `store unreachable: ...`),
-/// public like the health service: probes carry no credentials.
-fn health_router(health: Health) -> axum::Router {
+/// `ready`, or 503 `not ready`), public like the health service: probes
+/// carry no credentials. Why it is not ready (`draining`, `store
+/// unreachable: ...`, whose text can name the database's host, user and
+/// database) is logged, and told as `access` says.
+fn health_router(health: Health, access: Access) -> axum::Router {
     use axum::routing::get;
-    let readyz = move || {
-        let health = health.clone();
+    let readyz = move |request: axum::extract::Request| {
+        let (health, access) = (health.clone(), access.clone());
         async move {
-            let status = if health.ready() {
-                http::StatusCode::OK
-            } else {
-                http::StatusCode::SERVICE_UNAVAILABLE
+            if health.ready() {
+                return (http::StatusCode::OK, "ready\n".to_owned());
+            }
+            let detail = match access {
+                Access::Private => true,
+                Access::Public(Some(auth)) => authenticated(&auth, &request).is_ok(),
+                Access::Public(None) => false,
             };
-            (status, format!("{}\n", health.describe()))
+            let said = if detail {
+                health.describe()
+            } else {
+                "not ready".to_owned()
+            };
+            (http::StatusCode::SERVICE_UNAVAILABLE, format!("{said}\n"))
         }
     };
     axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+}
+
+/// Whether an HTTP request on an operations route carries credentials
+/// `auth` accepts (a token, or the connection's client certificate).
+fn authenticated(
+    auth: &Authenticator,
+    request: &axum::extract::Request,
+) -> Result<(), crate::auth::AuthError> {
+    let authorization = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or(""));
+    let certificate = request
+        .extensions()
+        .get::<ClientCertificate>()
+        .map(|c| c.name.as_str());
+    auth.authenticate_request(authorization, certificate)
+        .map(drop)
 }
 
 /// `GET /metrics`: the server's metrics, in the OpenMetrics text format.
@@ -248,23 +287,20 @@ fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<Authenticator>>) -> ax
     let scrape = move |request: axum::extract::Request| {
         let (metrics, auth) = (metrics.clone(), auth.clone());
         async move {
-            if let Some(auth) = &auth {
-                let authorization = request
-                    .headers()
-                    .get(http::header::AUTHORIZATION)
-                    .map(|v| v.to_str().unwrap_or(""));
-                let certificate = request
+            if let Some(auth) = &auth
+                && let Err(e) = authenticated(auth, &request)
+            {
+                let peer = request
                     .extensions()
-                    .get::<ClientCertificate>()
-                    .map(|c| c.name.as_str());
-                if let Err(e) = auth.authenticate_request(authorization, certificate) {
-                    return (
-                        http::StatusCode::UNAUTHORIZED,
-                        [(http::header::WWW_AUTHENTICATE, "Bearer")],
-                        format!("{e}\n"),
-                    )
-                        .into_response();
-                }
+                    .get::<tonic::transport::server::TcpConnectInfo>()
+                    .and_then(|info| info.remote_addr());
+                auth.refused(peer, "metrics", &e, Some(&metrics)).await;
+                return (
+                    http::StatusCode::UNAUTHORIZED,
+                    [(http::header::WWW_AUTHENTICATE, "Bearer")],
+                    format!("{e}\n"),
+                )
+                    .into_response();
             }
             (
                 [(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
@@ -290,4 +326,58 @@ pub async fn serve_operations(
         false,
     );
     crate::connections::serve(incoming, routes, limits, None, stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt as _;
+
+    async fn readyz(router: &axum::Router, token: Option<&str>) -> (u16, String) {
+        let mut request = http::Request::get("/readyz");
+        if let Some(token) = token {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request.body(axum::body::Body::empty()).unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// Why the server is not ready goes to authenticated callers and the
+    /// private listener only: a store's error can name its host and user.
+    #[tokio::test]
+    async fn only_the_trusted_learn_why_the_server_is_not_ready() {
+        let (reporter, _) = tonic_health::server::health_reporter();
+        let health = Health::new(reporter).await;
+        let digest: String = <sha2::Sha256 as sha2::Digest>::digest(b"ops-key")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let file = format!(
+            "[[principal]]\nname = \"ops\"\napi_key_sha256 = \"{digest}\"\ntenants = [\"*\"]\nrole = \"user\"\n"
+        );
+        let auth = Arc::new(Authenticator::parse(&file, std::path::Path::new(".")).unwrap());
+        let public = health_router(health.clone(), Access::Public(Some(auth)));
+        let open = health_router(health.clone(), Access::Public(None));
+        let private = health_router(health.clone(), Access::Private);
+        assert_eq!(readyz(&public, None).await, (200, "ready\n".into()));
+        health
+            .store_probed(Err(
+                "connection to postgres://a2a@db.internal:5432 refused".into()
+            ))
+            .await;
+        let said = "store unreachable: connection to postgres://a2a@db.internal:5432 refused\n";
+        assert_eq!(readyz(&public, None).await, (503, "not ready\n".into()));
+        assert_eq!(
+            readyz(&public, Some("wrong")).await,
+            (503, "not ready\n".into())
+        );
+        assert_eq!(readyz(&open, None).await, (503, "not ready\n".into()));
+        assert_eq!(readyz(&public, Some("ops-key")).await, (503, said.into()));
+        assert_eq!(readyz(&private, None).await, (503, said.into()));
+    }
 }

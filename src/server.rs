@@ -20,7 +20,7 @@ use crate::agent::AgentRouter;
 use crate::auth::Authenticator;
 use crate::connections::{self, ClientCerts, ConnectionLimits};
 use crate::discovery::{Cards, DiscoveryConfig};
-use crate::operations::{Health, Operations, http_router, serve_operations};
+use crate::operations::{Access, Health, Operations, http_router, serve_operations};
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::proto::a2a_service_server::A2aServiceServer;
 use crate::runtime::{RuntimeConfig, TaskManager};
@@ -236,6 +236,11 @@ pub async fn serve_manager_tls(
         if settings.metrics.is_none() {
             settings.metrics = manager.metrics().map(|m| m.push.clone());
         }
+        if settings.v0_3_body.is_none() {
+            settings.v0_3_body = Some(|event| {
+                crate::service::v0_3::convert::push_body(event).map_err(|e| e.to_string())
+            });
+        }
         tokio::spawn(crate::push::deliver::deliver_while_held(
             manager.store().clone(),
             settings,
@@ -292,7 +297,7 @@ pub async fn serve_manager_tls(
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(listen = %addr, "serving metrics and health probes");
         }
-        let http = http_router(health.clone(), metrics.as_ref(), None);
+        let http = http_router(health.clone(), metrics.as_ref(), Access::Private);
         let routes = Routes::from(http).add_service(health_service.clone());
         // Past the drain, a scrape in flight gets a moment, a health
         // watcher none.
@@ -306,9 +311,11 @@ pub async fn serve_manager_tls(
         })
     });
     let served = discovery.bindings;
-    let mut http = cards
-        .router()
-        .merge(http_router(health, metrics.as_ref(), auth_for_metrics));
+    let mut http = cards.router().merge(http_router(
+        health,
+        metrics.as_ref(),
+        Access::Public(auth_for_metrics),
+    ));
     let json_bindings: Vec<Binding> = served.iter().filter(|b| *b != Binding::Grpc).collect();
     if !json_bindings.is_empty() {
         let bindings = Arc::new(HttpBindings::new(api, &json_bindings, limits.sse_keepalive));

@@ -224,8 +224,13 @@ pub fn record_call(tenant: &str, task_id: &str, context_id: &str) {
         ("task_id", task_id),
         ("context_id", context_id),
     ] {
+        // Recorded before the request is validated: a caller's
+        // megabyte-long tenant would be every log line of the call.
         if !value.is_empty() {
-            span.record(field, value);
+            span.record(
+                field,
+                &*crate::error::cut(value, crate::error::MAX_ECHO_BYTES),
+            );
         }
     }
 }

@@ -112,6 +112,34 @@ fn unknown_store_is_a_clear_startup_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown --store"));
 }
 
+/// A store URL's password is shown nowhere: not by `--help` (which shows
+/// the environment's values), not in the error naming a bad URL.
+#[test]
+fn a_store_password_is_never_shown() {
+    let help = Command::new(BIN)
+        .args(["serve", "--help"])
+        .env(
+            "A2A_STORE",
+            "postgres://a2a:hunter2-secret@db.internal/tasks",
+        )
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let shown = String::from_utf8_lossy(&help.stdout);
+    assert!(shown.contains("A2A_STORE"), "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let bad = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+        .arg("postgre://a2a:hunter2-secret@db.internal/tasks?sslmode=require&password=also-secret")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("unknown --store"), "{said}");
+    assert!(said.contains("a2a:***@db.internal"), "{said}");
+    assert!(!said.contains("secret"), "{said}");
+}
+
 #[tokio::test]
 async fn serve_discovery_flags_shape_the_cards() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-cards");

@@ -188,6 +188,9 @@ async fn health_turns_not_serving_while_the_store_cannot_be_reached() {
         "{}",
         ready.body
     );
+    // The server's own port is public: it says no more than that.
+    let public = http_get(server.addr, "/readyz", &[]).await;
+    assert_eq!((public.status, public.body.as_str()), (503, "not ready\n"));
     assert_eq!(http_get(operations, "/healthz", &[]).await.status, 200);
 
     proxy.restore();

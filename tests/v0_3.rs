@@ -363,6 +363,107 @@ async fn push_configs_in_0_3_shapes() {
     server.stop().await;
 }
 
+/// A webhook a 0.3 client registers gets 0.3 payloads (the task, as 0.3
+/// servers POST it, with `X-A2A-Notification-Token`), one a 1.0 client
+/// registers on the same task gets 1.0 `StreamResponse`s: the payload
+/// follows the client that set the config, not the one that moves the
+/// task.
+#[tokio::test(flavor = "multi_thread")]
+async fn webhooks_get_the_payloads_of_the_client_that_set_them() {
+    let server = support::start_with_push().await;
+    let http = Http::new(server.addr);
+    let (url03, mut hook03) = support::webhook().await;
+    let (url10, mut hook10) = support::webhook().await;
+
+    // A 0.3 send brings its config: the task's first write is notified.
+    let started = http
+        .rpc(
+            "message/send",
+            json!({
+                "message": message03("run the slow tests"),
+                "configuration": {
+                    "blocking": false,
+                    "pushNotificationConfig": {"url": url03, "token": "tok-03"}
+                }
+            }),
+        )
+        .await;
+    let id = started.result()["id"].as_str().unwrap().to_owned();
+    // A 1.0 client adds its own config to the task.
+    let set = http
+        .rpc(
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "hook-10", "url": url10, "token": "tok-10"}),
+        )
+        .await;
+    assert_eq!(set.result()["id"], "hook-10", "{:?}", set.body);
+    // ... and a 1.0 client ends it.
+    let canceled = http.rpc("CancelTask", json!({"id": id})).await;
+    assert_eq!(
+        canceled.result()["status"]["state"],
+        "TASK_STATE_CANCELED",
+        "{:?}",
+        canceled.body
+    );
+
+    let posts03 = support::posted_until(&mut hook03, |b| b["status"]["state"] == "canceled").await;
+    for post in &posts03 {
+        assert_task03(&post.body);
+        assert_eq!(post.body["id"], id.as_str(), "{}", post.body);
+        assert_eq!(post.headers["x-a2a-notification-token"], "tok-03");
+        assert_eq!(post.headers["content-type"], "application/json");
+    }
+    let last = &posts03.last().unwrap().body;
+    assert_eq!(
+        last["history"][0]["parts"][0]["text"], "run the slow tests",
+        "{last}"
+    );
+
+    let posts10 = support::posted_until(&mut hook10, |b| {
+        b["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+    })
+    .await;
+    for post in &posts10 {
+        assert_eq!(post.headers["x-a2a-notification-token"], "tok-10");
+        assert_eq!(post.headers["content-type"], "application/a2a+json");
+        assert!(
+            post.body.get("statusUpdate").is_some() || post.body.get("artifactUpdate").is_some(),
+            "a 1.0 StreamResponse: {}",
+            post.body
+        );
+    }
+
+    // Set again by a 1.0 client, the 0.3 client's config gets 1.0
+    // payloads: the latest setter's version holds.
+    let again = http
+        .rpc(
+            "message/send",
+            json!({
+                "message": message03("run the slow tests"),
+                "configuration": {
+                    "blocking": false,
+                    "pushNotificationConfig": {"id": "both", "url": url03}
+                }
+            }),
+        )
+        .await;
+    let id = again.result()["id"].as_str().unwrap().to_owned();
+    let reset = http
+        .rpc(
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "id": "both", "url": url03}),
+        )
+        .await;
+    assert_eq!(reset.result()["id"], "both", "{:?}", reset.body);
+    http.rpc("CancelTask", json!({"id": id})).await.result();
+    let posts = support::posted_until(&mut hook03, |b| {
+        b["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+    })
+    .await;
+    assert!(posts.last().unwrap().headers["content-type"] == "application/a2a+json");
+    server.stop().await;
+}
+
 /// The card a 0.3 client reads: the 1.0 card with the 0.3 fields (`url`,
 /// `preferredTransport`, `additionalInterfaces`, `protocolVersion`).
 #[tokio::test(flavor = "multi_thread")]
@@ -826,6 +927,35 @@ async fn the_0_3_grpc_service() {
     assert_eq!(count("0.3", "SendStreamingMessage", "OK"), 1.0);
     assert_eq!(count("0.3", "GetTask", "NOT_FOUND"), 1.0);
     assert_eq!(count("1.0", "GetTask", "OK"), 1.0);
+
+    // The card, in 0.3's proto: the 1.0 card's content, the 0.3
+    // interfaces (gRPC among them) a 0.3 client picks from.
+    let card = tokio::time::timeout(WAIT, client.get_agent_card(old::GetAgentCardRequest {}))
+        .await
+        .unwrap()
+        .expect("GetAgentCard of 0.3")
+        .into_inner();
+    let served = support::http_get(server.addr, "/.well-known/agent-card.json", &[]).await;
+    let v1_card = support::card_1_0(&served.body);
+    assert_eq!(card.protocol_version, "0.3.0");
+    assert_eq!(card.name, v1_card.name);
+    assert_eq!(card.preferred_transport, "JSONRPC");
+    assert_eq!(card.url, format!("http://{}/", server.addr));
+    let transports: Vec<&str> = card
+        .additional_interfaces
+        .iter()
+        .map(|i| i.transport.as_str())
+        .collect();
+    assert_eq!(transports, ["JSONRPC", "HTTP+JSON", "GRPC"], "{card:?}");
+    let skills: Vec<&str> = card.skills.iter().map(|s| s.id.as_str()).collect();
+    let v1_skills: Vec<&str> = v1_card.skills.iter().map(|s| s.id.as_str()).collect();
+    assert!(!skills.is_empty());
+    assert_eq!(skills, v1_skills);
+    assert_eq!(
+        card.capabilities.as_ref().map(|c| c.streaming),
+        Some(true),
+        "{card:?}"
+    );
     server.stop().await;
 }
 

@@ -63,11 +63,23 @@ pub enum TaskEvent {
     PushConfig(PushConfigChange),
 }
 
+/// The A2A protocol version a client spoke. What it leaves behind for
+/// later follows it: a push config set by a 0.3 client gets 0.3 payloads
+/// (the task, as 0.3's push notifications carry it), since its receiver
+/// is a 0.3 program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    #[default]
+    V1_0,
+    V0_3,
+}
+
 /// How a task's push notification configs change.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PushConfigChange {
-    /// Adds the config, or replaces the one with its id.
-    Set(TaskPushNotificationConfig),
+    /// Adds the config, or replaces the one with its id; its webhook gets
+    /// payloads of this protocol version.
+    Set(TaskPushNotificationConfig, Protocol),
     /// Removes the config with this id, if there is one.
     Delete(String),
 }
@@ -116,6 +128,9 @@ pub struct TaskRecord {
     /// order they were first set; stored without their `tenant` and
     /// `task_id`, which are the task's.
     pub push_configs: Vec<TaskPushNotificationConfig>,
+    /// The ids of the push configs a protocol 0.3 client set
+    /// ([`Protocol::V0_3`]); the others get 1.0 payloads.
+    pub v0_3_push_configs: Vec<String>,
     /// The W3C `traceparent` of the run that last wrote the task, if its
     /// caller sent one or spans are exported; its webhooks carry it, so a
     /// notification joins the trace of the run behind it. "" for none.
@@ -151,7 +166,44 @@ impl TaskRecord {
             sealed_artifacts: Vec::new(),
             owner: String::new(),
             push_configs: Vec::new(),
+            v0_3_push_configs: Vec::new(),
             trace: String::new(),
+        }
+    }
+
+    /// Adds `config`, or replaces the one with its id, for a client of
+    /// `protocol`; stored without its `tenant` and `task_id`.
+    pub fn set_push_config(
+        &mut self,
+        mut config: TaskPushNotificationConfig,
+        protocol: Protocol,
+    ) -> Result<(), ApplyError> {
+        if config.id.is_empty() {
+            return Err(ApplyError::EmptyPushConfigId);
+        }
+        config.tenant.clear();
+        config.task_id.clear();
+        let at = self.push_configs.iter().position(|c| c.id == config.id);
+        if at.is_none() && self.push_configs.len() >= MAX_PUSH_CONFIGS {
+            return Err(ApplyError::TooManyPushConfigs);
+        }
+        self.v0_3_push_configs.retain(|id| *id != config.id);
+        if protocol == Protocol::V0_3 {
+            self.v0_3_push_configs.push(config.id.clone());
+        }
+        match at {
+            Some(at) => self.push_configs[at] = config,
+            None => self.push_configs.push(config),
+        }
+        Ok(())
+    }
+
+    /// The protocol version of the client that set the push config `id`.
+    pub fn push_protocol(&self, id: &str) -> Protocol {
+        if self.v0_3_push_configs.iter().any(|c| c == id) {
+            Protocol::V0_3
+        } else {
+            Protocol::V1_0
         }
     }
 
@@ -225,23 +277,13 @@ impl TaskRecord {
 
     fn change_push_config(&mut self, change: PushConfigChange) -> Result<(), ApplyError> {
         match change {
-            PushConfigChange::Set(mut config) => {
-                if config.id.is_empty() {
-                    return Err(ApplyError::EmptyPushConfigId);
-                }
-                config.tenant.clear();
-                config.task_id.clear();
-                match self.push_configs.iter().position(|c| c.id == config.id) {
-                    Some(at) => self.push_configs[at] = config,
-                    None if self.push_configs.len() >= MAX_PUSH_CONFIGS => {
-                        return Err(ApplyError::TooManyPushConfigs);
-                    }
-                    None => self.push_configs.push(config),
-                }
+            PushConfigChange::Set(config, protocol) => self.set_push_config(config, protocol),
+            PushConfigChange::Delete(id) => {
+                self.push_configs.retain(|c| c.id != id);
+                self.v0_3_push_configs.retain(|c| *c != id);
+                Ok(())
             }
-            PushConfigChange::Delete(id) => self.push_configs.retain(|c| c.id != id),
         }
-        Ok(())
     }
 
     /// Tags a message with this task's ids, refusing one that names another
@@ -527,7 +569,7 @@ mod tests {
     /// the same id), bounded, and never a stream event.
     #[test]
     fn push_configs_are_set_replaced_bounded_and_deleted_in_any_state() {
-        use super::{MAX_PUSH_CONFIGS, PushConfigChange};
+        use super::{MAX_PUSH_CONFIGS, Protocol, PushConfigChange};
         let config = |id: &str, url: &str| TaskPushNotificationConfig {
             tenant: "t".into(),
             task_id: "t1".into(),
@@ -535,7 +577,7 @@ mod tests {
             url: url.into(),
             ..Default::default()
         };
-        let set = |c| TaskEvent::PushConfig(PushConfigChange::Set(c));
+        let set = |c| TaskEvent::PushConfig(PushConfigChange::Set(c, Protocol::V1_0));
         for state in [TaskState::Working, TaskState::Completed] {
             let mut r = record_in(state);
             assert_eq!(
@@ -591,6 +633,35 @@ mod tests {
             assert_eq!(r.push_configs.len(), MAX_PUSH_CONFIGS - 1);
             assert_eq!(r.state(), state, "the state is untouched");
         }
+    }
+
+    /// A config's protocol is its latest setter's; deleting it forgets it.
+    #[test]
+    fn a_push_configs_protocol_follows_its_latest_setter() {
+        use super::{Protocol, PushConfigChange};
+        let config = |id: &str| TaskPushNotificationConfig {
+            id: id.into(),
+            url: "https://x".into(),
+            ..Default::default()
+        };
+        let set = |id, p| TaskEvent::PushConfig(PushConfigChange::Set(config(id), p));
+        let mut r = record_in(TaskState::Working);
+        r.apply(set("old", Protocol::V0_3), ts(2), TransitionPolicy::Strict)
+            .unwrap();
+        r.apply(set("new", Protocol::V1_0), ts(2), TransitionPolicy::Strict)
+            .unwrap();
+        assert_eq!(r.push_protocol("old"), Protocol::V0_3);
+        assert_eq!(r.push_protocol("new"), Protocol::V1_0);
+        r.apply(set("old", Protocol::V1_0), ts(3), TransitionPolicy::Strict)
+            .unwrap();
+        r.apply(set("new", Protocol::V0_3), ts(3), TransitionPolicy::Strict)
+            .unwrap();
+        assert_eq!(r.push_protocol("old"), Protocol::V1_0);
+        assert_eq!(r.v0_3_push_configs, ["new"]);
+        let delete = TaskEvent::PushConfig(PushConfigChange::Delete("new".into()));
+        r.apply(delete, ts(4), TransitionPolicy::Strict).unwrap();
+        assert!(r.v0_3_push_configs.is_empty());
+        assert_eq!(r.push_configs.len(), 1);
     }
 
     /// A metadata struct: `None` values are JSON null.

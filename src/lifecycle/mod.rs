@@ -17,8 +17,8 @@ pub mod state;
 pub mod transition;
 
 pub use apply::{
-    ApplyError, ArtifactUpdate, MAX_PUSH_CONFIGS, PushConfigChange, StatusUpdate, TaskEvent,
-    TaskRecord,
+    ApplyError, ArtifactUpdate, MAX_PUSH_CONFIGS, Protocol, PushConfigChange, StatusUpdate,
+    TaskEvent, TaskRecord,
 };
 pub use history::{HistoryLength, HistoryLengthError};
 pub use names::{StateNameError, parse_state_name, state_name, v03_state_name};

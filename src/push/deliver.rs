@@ -36,6 +36,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::egress::{Egress, Target};
+use crate::lifecycle::Protocol;
 use crate::proto::{StreamResponse, TaskPushNotificationConfig};
 use crate::store::{Delivery, TaskStore};
 
@@ -74,6 +75,8 @@ pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// The media type of a notification's body (spec §4.3).
 pub const CONTENT_TYPE: &str = "application/a2a+json";
+/// A 0.3 notification's: 0.3 predates the A2A media type.
+pub const CONTENT_TYPE_V0_3: &str = "application/json";
 /// The header carrying the config's token.
 pub const TOKEN_HEADER: &str = "x-a2a-notification-token";
 
@@ -88,7 +91,14 @@ pub struct Settings {
     /// Where outcomes, retries and the outbox backlog are counted (the
     /// server fills it in from its runtime's metrics when it is `None`).
     pub metrics: Option<crate::metrics::PushMetrics>,
+    /// How the body for a protocol 0.3 client's webhook is written from
+    /// its outbox event (the server sets `service::v0_3`'s, which owns the
+    /// 0.3 shapes); `None`: such a webhook gets the 1.0 body.
+    pub v0_3_body: Option<BodyWriter>,
 }
+
+/// Writes a notification's body from its event.
+pub type BodyWriter = fn(StreamResponse) -> Result<String, String>;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -97,6 +107,7 @@ impl Default for Settings {
             timeout: DEFAULT_TIMEOUT,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             metrics: None,
+            v0_3_body: None,
         }
     }
 }
@@ -579,15 +590,17 @@ async fn attempt(
     pool: &Pool,
     delivery: Delivery,
 ) -> (Done, Option<Arc<str>>) {
-    // The config, and the trace of the run that last wrote the task.
+    // The config, the version of the client that set it, and the trace of
+    // the run that last wrote the task.
     let found = match store.get(&delivery.tenant, &delivery.task_id).await {
         Ok(stored) => stored.and_then(|s| {
+            let protocol = s.record.push_protocol(&delivery.config_id);
             let trace = s.record.trace;
             s.record
                 .push_configs
                 .into_iter()
                 .find(|c| c.id == delivery.config_id)
-                .map(|config| (config, trace))
+                .map(|config| (config, protocol, trace))
         }),
         Err(e) => {
             tracing::warn!(error = %e, "push delivery: task unreadable; retrying");
@@ -595,7 +608,7 @@ async fn attempt(
         }
     };
     // Deleted (or the task purged): nothing more goes to it.
-    let Some((config, trace)) = found else {
+    let Some((config, protocol, trace)) = found else {
         count(settings, |m| m.ended("dropped"));
         return (finish(store, &delivery).await, None);
     };
@@ -621,6 +634,8 @@ async fn attempt(
             let start = Instant::now();
             let webhook = Webhook {
                 config: &config,
+                protocol,
+                v0_3_body: settings.v0_3_body.is_some(),
                 trace: &trace,
             };
             let outcome = post(settings, pool, &host, webhook, &delivery.event).await;
@@ -753,12 +768,17 @@ fn backoff(attempts: u32) -> Duration {
 #[derive(Clone, Copy)]
 struct Webhook<'a> {
     config: &'a TaskPushNotificationConfig,
+    /// The version of the client that set the config: its payloads'.
+    protocol: Protocol,
+    /// Whether a 0.3 body is written (`Settings::v0_3_body`).
+    v0_3_body: bool,
     /// A W3C `traceparent`, or "".
     trace: &'a str,
 }
 
 /// POSTs the event (an encoded `StreamResponse`) to the config's webhook
-/// as ProtoJSON, within the timeout.
+/// within the timeout: as ProtoJSON (spec §4.3), or for a 0.3 client's
+/// config in 0.3's JSON form ([`Settings::v0_3_body`]).
 async fn post(
     settings: &Settings,
     pool: &Pool,
@@ -769,8 +789,10 @@ async fn post(
     use prost::Message as _;
     let body = match StreamResponse::decode(event)
         .map_err(|e| e.to_string())
-        .and_then(|e| crate::json::to_string(&e).map_err(|e| e.to_string()))
-    {
+        .and_then(|e| match (webhook.protocol, settings.v0_3_body) {
+            (Protocol::V0_3, Some(write)) => write(e),
+            _ => crate::json::to_string(&e).map_err(|e| e.to_string()),
+        }) {
         Ok(body) => body,
         Err(e) => return Outcome::Final(format!("the stored event does not encode: {e}")),
     };
@@ -953,7 +975,13 @@ fn request(
     };
     let mut request = http::Request::post(path)
         .header(http::header::HOST, host)
-        .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
+        .header(
+            http::header::CONTENT_TYPE,
+            match webhook.protocol {
+                Protocol::V0_3 if webhook.v0_3_body => CONTENT_TYPE_V0_3,
+                _ => CONTENT_TYPE,
+            },
+        )
         .header(http::header::USER_AGENT, "a2a-lifecycle");
     if let Some(auth) = &config.authentication
         && !auth.scheme.is_empty()

@@ -22,6 +22,8 @@ use ipnet::IpNet;
 
 /// The longest webhook URL accepted, in bytes.
 pub const MAX_URL_BYTES: usize = 2048;
+/// The longest host accepted, in bytes (a DNS name has at most 253).
+pub const MAX_HOST_BYTES: usize = 253;
 /// How long a host name may take to resolve.
 pub const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Host name lookups at once.
@@ -41,12 +43,13 @@ pub enum UrlError {
     UserInfo,
     #[error("the URL has no host")]
     NoHost,
-    #[error("the host {host:?} resolves to {addr}, which webhooks may not reach ({why})")]
-    Refused {
-        host: String,
-        addr: IpAddr,
-        why: &'static str,
-    },
+    #[error("the host is longer than {MAX_HOST_BYTES} bytes")]
+    HostTooLong,
+    /// Says neither the address the host resolved to nor which range
+    /// holds it: a caller would map internal names with it. `why` is for
+    /// the server's log.
+    #[error("the host {host:?} is refused: not a public address")]
+    Refused { host: String, why: &'static str },
     #[error("the host {host:?} does not resolve: {reason}")]
     Unresolved { host: String, reason: String },
 }
@@ -102,7 +105,6 @@ impl Egress {
             if let Err(why) = self.permits(addr.ip()) {
                 return Err(UrlError::Refused {
                     host: target.host.clone(),
-                    addr: addr.ip(),
                     why,
                 });
             }
@@ -120,15 +122,14 @@ impl Egress {
             .filter(|addr| match self.permits(addr.ip()) {
                 Ok(()) => true,
                 Err(why) => {
-                    first_refused.get_or_insert((addr.ip(), why));
+                    first_refused.get_or_insert(why);
                     false
                 }
             })
             .collect();
         match (permitted.is_empty(), first_refused) {
-            (true, Some((addr, why))) => Err(UrlError::Refused {
+            (true, Some(why)) => Err(UrlError::Refused {
                 host: target.host.clone(),
-                addr,
                 why,
             }),
             (true, None) => Err(UrlError::Unresolved {
@@ -166,6 +167,9 @@ pub fn parse(url: &str) -> Result<Target, UrlError> {
     if host.is_empty() {
         return Err(UrlError::NoHost);
     }
+    if host.len() > MAX_HOST_BYTES {
+        return Err(UrlError::HostTooLong);
+    }
     let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
     Ok(Target { https, host, port })
 }
@@ -198,65 +202,106 @@ async fn lookup(target: &Target) -> Result<Vec<SocketAddr>, UrlError> {
     Ok(addrs)
 }
 
+/// What the default policy does with a range of addresses.
+#[derive(Clone, Copy, Debug)]
+enum Rule {
+    /// Refused, for this reason.
+    Refuse(&'static str),
+    /// Judged as the IPv4 address(es) the IPv6 address carries: NAT64,
+    /// 6to4 and Teredo reach an IPv4 host, so they may reach only one a
+    /// webhook may reach.
+    Embedded(fn(Ipv6Addr) -> Vec<Ipv4Addr>),
+}
+
+/// The ranges refused by default (IANA's special-purpose address
+/// registries, RFC 6890 and its updates): the one list, as data, each
+/// range with a test (`every_listed_range_is_refused`). The most specific
+/// range that holds an address decides.
+const RANGES: &[(&str, Rule)] = &[
+    // IPv4
+    ("0.0.0.0/8", Rule::Refuse("unspecified")),
+    ("10.0.0.0/8", Rule::Refuse("private")),
+    ("100.64.0.0/10", Rule::Refuse("shared address space")),
+    ("127.0.0.0/8", Rule::Refuse("loopback")),
+    ("169.254.0.0/16", Rule::Refuse("link-local")),
+    ("172.16.0.0/12", Rule::Refuse("private")),
+    ("192.0.0.0/24", Rule::Refuse("IETF protocol assignments")),
+    ("192.0.2.0/24", Rule::Refuse("documentation")),
+    ("192.88.99.0/24", Rule::Refuse("6to4 relay")),
+    ("192.168.0.0/16", Rule::Refuse("private")),
+    ("198.18.0.0/15", Rule::Refuse("benchmarking")),
+    ("198.51.100.0/24", Rule::Refuse("documentation")),
+    ("203.0.113.0/24", Rule::Refuse("documentation")),
+    ("224.0.0.0/4", Rule::Refuse("multicast")),
+    ("240.0.0.0/4", Rule::Refuse("reserved")),
+    // IPv6 (an IPv4-mapped address, ::ffff:0:0/96, is judged as its IPv4
+    // address before this list is read: `IpAddr::to_canonical`).
+    ("::/96", Rule::Refuse("IPv4-compatible")),
+    ("::/128", Rule::Refuse("unspecified")),
+    ("::1/128", Rule::Refuse("loopback")),
+    ("64:ff9b::/96", Rule::Embedded(nat64)),
+    ("64:ff9b:1::/48", Rule::Refuse("local-use NAT64")),
+    ("100::/64", Rule::Refuse("discard-only")),
+    ("2001::/32", Rule::Embedded(teredo)),
+    ("2001:db8::/32", Rule::Refuse("documentation")),
+    ("2002::/16", Rule::Embedded(six_to_four)),
+    ("fc00::/7", Rule::Refuse("private")),
+    ("fe80::/10", Rule::Refuse("link-local")),
+    // Deprecated site-local: private in effect.
+    ("fec0::/10", Rule::Refuse("private")),
+    ("ff00::/8", Rule::Refuse("multicast")),
+];
+
+/// [`RANGES`], parsed, most specific first.
+fn ranges() -> &'static [(IpNet, Rule)] {
+    static PARSED: std::sync::LazyLock<Vec<(IpNet, Rule)>> = std::sync::LazyLock::new(|| {
+        let mut parsed: Vec<(IpNet, Rule)> = RANGES
+            .iter()
+            // Constant text, parsed by a test of its own.
+            .filter_map(|(net, rule)| net.parse().ok().map(|net| (net, *rule)))
+            .collect();
+        parsed.sort_by_key(|(net, _)| std::cmp::Reverse(net.prefix_len()));
+        parsed
+    });
+    &PARSED
+}
+
+fn v4(hi: u16, lo: u16) -> Ipv4Addr {
+    Ipv4Addr::from(((hi as u32) << 16) | lo as u32)
+}
+
+/// NAT64 (RFC 6052): the IPv4 address in the last 32 bits.
+fn nat64(a: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let s = a.segments();
+    vec![v4(s[6], s[7])]
+}
+
+/// 6to4 (RFC 3056): the IPv4 address in bits 16..48.
+fn six_to_four(a: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let s = a.segments();
+    vec![v4(s[1], s[2])]
+}
+
+/// Teredo (RFC 4380): the server's IPv4 address in bits 32..64, and the
+/// client's, inverted, in the last 32 bits.
+fn teredo(a: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let s = a.segments();
+    vec![v4(s[2], s[3]), v4(!s[6], !s[7])]
+}
+
 /// Why a webhook may not reach `addr` by default, if it may not.
 fn refused(addr: IpAddr) -> Option<&'static str> {
-    match addr {
-        IpAddr::V4(v4) => refused_v4(v4),
-        IpAddr::V6(v6) => refused_v6(v6),
+    let addr = addr.to_canonical();
+    let (_, rule) = ranges().iter().find(|(net, _)| net.contains(&addr))?;
+    match *rule {
+        Rule::Refuse(why) => Some(why),
+        Rule::Embedded(carried) => match addr {
+            IpAddr::V6(v6) => carried(v6)
+                .into_iter()
+                .find_map(|v4| refused(IpAddr::V4(v4))),
+            IpAddr::V4(_) => None,
+        },
     }
-}
-
-fn refused_v4(a: Ipv4Addr) -> Option<&'static str> {
-    let [first, second, ..] = a.octets();
-    Some(if a.is_loopback() {
-        "loopback"
-    } else if a.is_private() {
-        "private"
-    } else if a.is_link_local() {
-        "link-local"
-    } else if a.is_multicast() {
-        "multicast"
-    } else if a.is_broadcast() {
-        "broadcast"
-    } else if first == 0 {
-        // 0.0.0.0/8: "this network"; 0.0.0.0 reaches the host itself.
-        "unspecified"
-    } else if first == 100 && (64..128).contains(&second) {
-        "shared address space"
-    } else if first >= 240 {
-        "reserved"
-    } else {
-        return None;
-    })
-}
-
-fn refused_v6(a: Ipv6Addr) -> Option<&'static str> {
-    let first = a.segments()[0];
-    Some(if a.is_loopback() {
-        "loopback"
-    } else if a.is_unspecified() {
-        "unspecified"
-    } else if a.is_multicast() {
-        "multicast"
-    } else if (first & 0xfe00) == 0xfc00 {
-        "private"
-    } else if (first & 0xffc0) == 0xfe80 {
-        "link-local"
-    } else if (first & 0xffc0) == 0xfec0 {
-        // Deprecated site-local: private in effect.
-        "private"
-    } else if a.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        // NAT64: judged as the IPv4 address it carries.
-        let [.., a, b] = a.segments();
-        return refused_v4(Ipv4Addr::new(
-            (a >> 8) as u8,
-            a as u8,
-            (b >> 8) as u8,
-            b as u8,
-        ));
-    } else {
-        return None;
-    })
 }
 
 #[cfg(test)]
@@ -267,41 +312,75 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// One address inside each listed range, with the reason it is
+    /// refused; a range dropped from [`RANGES`] fails here.
+    const REFUSED: &[(&str, &str)] = &[
+        ("0.1.2.3", "unspecified"),
+        ("0.0.0.0", "unspecified"),
+        ("10.1.2.3", "private"),
+        ("100.64.0.1", "shared address space"),
+        ("127.8.9.10", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("172.31.255.255", "private"),
+        ("192.0.0.8", "IETF protocol assignments"),
+        ("192.0.2.1", "documentation"),
+        ("192.88.99.1", "6to4 relay"),
+        ("192.168.1.1", "private"),
+        ("198.19.255.1", "benchmarking"),
+        ("198.51.100.7", "documentation"),
+        ("203.0.113.9", "documentation"),
+        ("224.0.0.1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("255.255.255.255", "reserved"),
+        ("::7f00:1", "IPv4-compatible"),
+        ("::a9fe:a9fe", "IPv4-compatible"),
+        ("::", "unspecified"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("::ffff:169.254.169.254", "link-local"),
+        ("64:ff9b::a9fe:a9fe", "link-local"),
+        ("64:ff9b::7f00:1", "loopback"),
+        ("64:ff9b:1::808:808", "local-use NAT64"),
+        ("100::1", "discard-only"),
+        // Teredo: server 10.0.0.1; then client 127.0.0.1 (inverted).
+        ("2001:0:a00:1::1", "private"),
+        ("2001:0:808:808::80ff:fffe", "loopback"),
+        ("2001:db8::1", "documentation"),
+        ("2002:a9fe:a9fe::1", "link-local"),
+        ("2002:7f00:1::", "loopback"),
+        ("fc00::1", "private"),
+        ("fd12:3456::1", "private"),
+        ("fe80::1", "link-local"),
+        ("fec0::1", "private"),
+        ("ff02::1", "multicast"),
+    ];
+
     #[test]
-    fn internal_addresses_are_refused_by_default() {
+    fn every_listed_range_is_refused() {
+        assert_eq!(ranges().len(), RANGES.len(), "every range parses");
         let egress = Egress::default();
-        for addr in [
-            "127.0.0.1",
-            "127.8.9.10",
-            "10.1.2.3",
-            "172.16.0.1",
-            "172.31.255.255",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "0.1.2.3",
-            "224.0.0.1",
-            "255.255.255.255",
-            "240.0.0.1",
-            "::1",
-            "::",
-            "fc00::1",
-            "fd12:3456::1",
-            "fe80::1",
-            "ff02::1",
-            "::ffff:127.0.0.1",
-            "::ffff:169.254.169.254",
-            "64:ff9b::a9fe:a9fe",
-        ] {
-            assert!(egress.permits(ip(addr)).is_err(), "{addr} permitted");
+        for (addr, why) in REFUSED {
+            assert_eq!(egress.permits(ip(addr)), Err(*why), "{addr}");
+        }
+        for (net, _) in RANGES {
+            let net: IpNet = net.parse().unwrap();
+            assert!(
+                REFUSED.iter().any(|(a, _)| net.contains(&ip(a))),
+                "{net} has no case in REFUSED"
+            );
         }
         for addr in [
             "93.184.215.14",
             "8.8.8.8",
             "172.32.0.1",
+            "198.20.0.1",
+            "192.0.1.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            // Teredo with a public server and client (8.8.8.8 inverted).
+            "2001:0:808:808::f7f7:f7f7",
         ] {
             assert_eq!(egress.permits(ip(addr)), Ok(()), "{addr} refused");
         }
@@ -344,6 +423,8 @@ mod tests {
         assert!(matches!(parse("not a url"), Err(UrlError::Malformed(_))));
         let long = format!("https://h/{}", "a".repeat(MAX_URL_BYTES));
         assert_eq!(parse(&long), Err(UrlError::TooLong));
+        let host = format!("https://{}.test/x", "a".repeat(MAX_HOST_BYTES));
+        assert_eq!(parse(&host), Err(UrlError::HostTooLong));
     }
 
     #[tokio::test]
@@ -355,10 +436,17 @@ mod tests {
             "http://[::1]/x",
             "http://169.254.169.254/latest",
         ] {
+            let refused = egress.check_url(url).await.unwrap_err();
             assert!(
-                matches!(egress.check_url(url).await, Err(UrlError::Refused { .. })),
+                matches!(refused, UrlError::Refused { .. }),
                 "{url} accepted"
             );
+            // The client learns neither the address nor its range.
+            let said = refused.to_string();
+            assert!(said.ends_with("is refused: not a public address"), "{said}");
+            for hint in ["127.", "::1", "169.254", "loopback", "link-local"] {
+                assert!(!said.contains(hint) || url.contains(hint), "{said}");
+            }
         }
         let open = Egress::new(vec![
             "127.0.0.0/8".parse().unwrap(),

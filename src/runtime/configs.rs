@@ -5,7 +5,7 @@
 use super::live::Author;
 use super::{TaskManager, store_error};
 use crate::error::A2aError;
-use crate::lifecycle::{MAX_PUSH_CONFIGS, PushConfigChange, TaskEvent};
+use crate::lifecycle::{MAX_PUSH_CONFIGS, Protocol, PushConfigChange, TaskEvent};
 use crate::proto::TaskPushNotificationConfig;
 use crate::store::Caller;
 
@@ -31,6 +31,19 @@ impl TaskManager {
         caller: &Caller,
         config: TaskPushNotificationConfig,
     ) -> Result<TaskPushNotificationConfig, A2aError> {
+        self.set_push_config_for(tenant, caller, config, Protocol::V1_0)
+            .await
+    }
+
+    /// [`Self::set_push_config`] for a client of `protocol`, whose
+    /// payloads the webhook gets.
+    pub async fn set_push_config_for(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        config: TaskPushNotificationConfig,
+        protocol: Protocol,
+    ) -> Result<TaskPushNotificationConfig, A2aError> {
         let task_id = config.task_id.clone();
         let live = self.live(tenant, &task_id);
         let mut state = live.lock_visible(&self.shared, caller).await?;
@@ -48,12 +61,26 @@ impl TaskManager {
         let commit = live.submit_locked(
             &self.shared,
             &mut state,
-            TaskEvent::PushConfig(PushConfigChange::Set(config.clone())),
+            TaskEvent::PushConfig(PushConfigChange::Set(config.clone(), protocol)),
             Author::Server,
         )?;
         drop(state);
         commit.wait().await.map_err(store_error)?;
         Ok(shown(config, tenant, &task_id))
+    }
+
+    /// TASK_NOT_FOUND unless `caller` may see the task (spec §13.1): asked
+    /// before anything that would tell the caller more about a task it
+    /// names, such as whether its webhook's host is refused.
+    pub async fn check_visible(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        task_id: &str,
+    ) -> Result<(), A2aError> {
+        let live = self.live(tenant, task_id);
+        drop(live.lock_visible(&self.shared, caller).await?);
+        Ok(())
     }
 
     /// GetTaskPushNotificationConfig: a config the task does not have is

@@ -100,6 +100,8 @@ pub(crate) struct RunRequest {
     /// The send's push notification config (see
     /// [`super::MessageRequest::push_config`]); taken before a run starts.
     pub(crate) push_config: Option<crate::proto::TaskPushNotificationConfig>,
+    /// The protocol version of the client that sent it.
+    pub(crate) protocol: crate::lifecycle::Protocol,
     /// Where the run was asked for: the span it is a child of, the
     /// caller's trace.
     pub(crate) trace: crate::telemetry::RunTrace,
@@ -199,7 +201,7 @@ fn event_bytes(event: &TaskEvent) -> usize {
             TaskEvent::Artifact(a) => a.artifact.encoded_len(),
             TaskEvent::UserMessage(m) => m.encoded_len(),
             TaskEvent::Metadata(m) => m.encoded_len(),
-            TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Set(c)) => c.encoded_len(),
+            TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Set(c, _)) => c.encoded_len(),
             TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Delete(_)) => 0,
         }
 }
@@ -282,22 +284,42 @@ impl Loaded {
 /// status and artifact update (spec §4.3: what a stream would carry), to
 /// each of the task's configs, in order, written by the same store write
 /// (the outbox). Nothing to do, and no encoding, for a task without
-/// configs.
-fn outbox_entries(
-    configs: &[crate::proto::TaskPushNotificationConfig],
-    pending: &[Pending],
-) -> Vec<OutboxEntry> {
+/// configs. A protocol 0.3 client's config gets the task instead, once
+/// per write ([`crate::lifecycle::Protocol`]).
+fn outbox_entries(record: &TaskRecord, pending: &[Pending]) -> Vec<OutboxEntry> {
+    use crate::lifecycle::Protocol;
     use prost::Message as _;
-    if configs.is_empty() {
+    let configs = &record.push_configs;
+    let mut events = pending.iter().filter_map(|p| p.out.as_ref()).peekable();
+    if configs.is_empty() || events.peek().is_none() {
         return Vec::new();
     }
+    let of = |protocol| {
+        configs
+            .iter()
+            .filter(move |c| record.push_protocol(&c.id) == protocol)
+    };
     let mut entries = Vec::new();
-    for out in pending.iter().filter_map(|p| p.out.as_ref()) {
-        let event = out.encode_to_vec();
-        entries.extend(configs.iter().map(|c| OutboxEntry {
+    // A 0.3 webhook gets the task as this write leaves it, once per write:
+    // 0.3 notifications carry the task, not the event.
+    if !record.v0_3_push_configs.is_empty() {
+        let event = StreamResponse {
+            payload: Some(Payload::Task(record.task.clone())),
+        }
+        .encode_to_vec();
+        entries.extend(of(Protocol::V0_3).map(|c| OutboxEntry {
             config_id: c.id.clone(),
             event: event.clone(),
         }));
+    }
+    if record.v0_3_push_configs.len() < configs.len() {
+        for out in events {
+            let event = out.encode_to_vec();
+            entries.extend(of(Protocol::V1_0).map(|c| OutboxEntry {
+                config_id: c.id.clone(),
+                event: event.clone(),
+            }));
+        }
     }
     entries
 }
@@ -677,7 +699,7 @@ impl LiveTask {
         }
         *seen = 0;
         let mut write = EncodedTask::new(&loaded.record);
-        write.outbox = outbox_entries(&loaded.record.push_configs, &loaded.pending);
+        write.outbox = outbox_entries(&loaded.record, &loaded.pending);
         write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
         if replicated {
             write.events = crate::store::codec::encode_events(

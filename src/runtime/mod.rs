@@ -303,6 +303,9 @@ pub struct MessageRequest {
     /// and with its id: registered with a new task before its first event,
     /// or set on the task a follow-up continues before its message.
     pub push_config: Option<crate::proto::TaskPushNotificationConfig>,
+    /// The protocol version the client speaks, which `push_config`'s
+    /// payloads follow.
+    pub protocol: crate::lifecycle::Protocol,
     /// The caller's W3C trace context (`traceparent`), which the run and
     /// its task's webhooks continue ([`crate::telemetry`]).
     pub trace: Option<crate::telemetry::TraceParent>,
@@ -543,12 +546,21 @@ impl TaskManager {
                 &request.message.context_id,
             );
         }
+        let mut push_config = request.push_config;
+        // A config needs an id (the lifecycle refuses one without); the
+        // service gives one, a library caller may not have.
+        if let Some(config) = &mut push_config
+            && config.id.is_empty()
+        {
+            config.id = uuid::Uuid::now_v7().to_string();
+        }
         let request = RunRequest {
             agent,
             message: request.message,
             metadata: request.metadata,
             accepted_output_modes: request.accepted_output_modes,
-            push_config: request.push_config,
+            push_config,
+            protocol: request.protocol,
             trace: crate::telemetry::RunTrace::here(request.trace),
         };
         if request.message.task_id.is_empty() {
@@ -717,7 +729,10 @@ impl TaskManager {
             drop(live.submit_locked(
                 &self.shared,
                 &mut state,
-                TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Set(config)),
+                TaskEvent::PushConfig(crate::lifecycle::PushConfigChange::Set(
+                    config,
+                    request.protocol,
+                )),
                 Author::Server,
             )?);
         }

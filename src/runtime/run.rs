@@ -39,6 +39,7 @@ pub(super) async fn start_new(
         metadata,
         accepted_output_modes,
         push_config,
+        protocol,
         trace,
     } = request;
     // UUIDv7: unique like v4, but time-ordered, so new tasks sit together at
@@ -65,7 +66,7 @@ pub(super) async fn start_new(
     let mode = SinkMode::BeforeFirstEvent {
         message: Box::new(message),
         owner: owner.to_owned(),
-        push_config,
+        push_config: push_config.map(|c| (c, protocol)),
         history,
         subscribe,
         reply: Some(Reply::new(tx, Some(claim))),

@@ -17,7 +17,7 @@ use super::{SendOutcome, Shared, TaskKey, server_status};
 use crate::agent::sink::SinkTarget;
 use crate::agent::{EventSink, SinkError};
 use crate::error::A2aError;
-use crate::lifecycle::{HistoryLength, TaskEvent, TaskRecord};
+use crate::lifecycle::{HistoryLength, Protocol, TaskEvent, TaskRecord};
 use crate::proto::{Message, Role, TaskState};
 use crate::store::StoreError;
 
@@ -52,8 +52,9 @@ pub(crate) enum SinkMode {
         /// The principal sending it: the owner of the task it may create.
         owner: String,
         /// A push notification config sent with it: the task it may create
-        /// starts with it, so even its first event is notified.
-        push_config: Option<crate::proto::TaskPushNotificationConfig>,
+        /// starts with it, so even its first event is notified; with the
+        /// protocol version of the client that sent it.
+        push_config: Option<(crate::proto::TaskPushNotificationConfig, Protocol)>,
         history: HistoryLength,
         subscribe: bool,
         reply: Option<Reply>,
@@ -257,10 +258,12 @@ impl RunSink {
         )
         .owned_by(owner);
         let mut record = record;
-        if let Some(mut config) = push_config {
-            config.tenant.clear();
-            config.task_id.clear();
-            record.push_configs.push(config);
+        if let Some((config, protocol)) = push_config {
+            // Cannot fail: a new record has room, and a checked config
+            // has an id.
+            if let Err(e) = record.set_push_config(config, protocol) {
+                tracing::error!(error = %e, "a send's push notification config was not kept");
+            }
         }
         let live = shared.live(key.clone());
         // A new id: no other run, no queue.

@@ -221,7 +221,7 @@ impl From<A2aError> for Status {
         for v in err.field_violations() {
             details.add_bad_request_violation(v.field, v.description);
         }
-        Status::with_error_details(code(&err), err.to_string(), details)
+        Status::with_error_details(code(&err), err.message(), details)
     }
 }
 

@@ -359,7 +359,7 @@ pub(crate) fn error_json(err: &A2aError, status: StatusCode) -> Vec<u8> {
         "error": {
             "code": status.as_u16(),
             "status": crate::metrics::code_label(super::grpc::code(err)),
-            "message": err.to_string(),
+            "message": err.message(),
             "details": error_details(err),
         }
     });

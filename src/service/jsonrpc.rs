@@ -453,7 +453,7 @@ fn error_body(id: &str, err: &A2aError, v03: bool) -> Vec<u8> {
 fn error_body_code(id: &str, code: i64, err: &A2aError) -> Vec<u8> {
     let error = serde_json::json!({
         "code": code,
-        "message": err.to_string(),
+        "message": err.message(),
         "data": error_details(err),
     });
     let mut out = Vec::with_capacity(256);

@@ -77,6 +77,9 @@ pub struct CallContext {
     pub params: ServiceParameters,
     /// The caller's W3C `traceparent`.
     pub trace: Option<TraceParent>,
+    /// The protocol version the caller speaks: 1.0, or 0.3 for a call the
+    /// 0.3 edge ([`v0_3`]) translated.
+    pub protocol: crate::lifecycle::Protocol,
     /// How long the caller waits for the answer (gRPC's `grpc-timeout`);
     /// past it the call is DEADLINE_EXCEEDED, and a run it started goes
     /// on.
@@ -170,24 +173,18 @@ impl A2aApi {
         ) {
             Ok(principal) if principal.may_use(tenant) => Ok(Some(principal)),
             Ok(principal) => {
-                tracing::warn!(peer = ?call.peer, principal = %principal.name, tenant, "tenant not permitted");
+                // Not yet validated: as long as the caller made it.
+                let tenant = crate::error::cut(tenant, crate::error::MAX_ECHO_BYTES);
+                tracing::warn!(peer = ?call.peer, principal = %principal.name, %tenant, "tenant not permitted");
                 Err(A2aError::PermissionDenied {
                     principal: principal.name,
-                    tenant: tenant.to_owned(),
+                    tenant: tenant.into_owned(),
                 })
             }
             Err(e) => {
-                tracing::warn!(peer = ?call.peer, binding = %call.binding, reason = %e, "authentication failed");
-                if let Some(metrics) = self.manager.metrics() {
-                    metrics.auth.failed(e.kind());
-                }
-                // Past a few failures, a peer waits for each answer.
-                if let Some(peer) = call.peer {
-                    let delay = auth.failed(peer.ip());
-                    if !delay.is_zero() {
-                        tokio::time::sleep(delay).await;
-                    }
-                }
+                let binding = call.binding.to_string();
+                let metrics = self.manager.metrics().map(|m| &**m);
+                auth.refused(call.peer, &binding, &e, metrics).await;
                 Err(A2aError::Unauthenticated(e.to_string()))
             }
         }
@@ -238,7 +235,7 @@ impl A2aApi {
             Box::pin(async {
                 let caller = self.check_send(call, &request, false).await?;
                 let push = self.push.as_deref();
-                send::send_message(&self.manager, &caller, push, call.trace, request).await
+                send::send_message(&self.manager, &caller, push, call, request).await
             }),
         )
         .await
@@ -256,8 +253,7 @@ impl A2aApi {
             Box::pin(async {
                 let caller = self.check_send(call, &request, true).await?;
                 let push = self.push.as_deref();
-                send::send_streaming_message(&self.manager, &caller, push, call.trace, request)
-                    .await
+                send::send_streaming_message(&self.manager, &caller, push, call, request).await
             }),
         )
         .await
@@ -343,7 +339,7 @@ impl A2aApi {
                 let caller = self
                     .check(call, &request.tenant, &request.task_id, false)
                     .await?;
-                push::create(&self.manager, &caller, self.push()?, request).await
+                push::create(&self.manager, &caller, self.push()?, request, call.protocol).await
             }),
         )
         .await

@@ -37,10 +37,19 @@ pub async fn create(
     caller: &Caller,
     egress: &Egress,
     config: TaskPushNotificationConfig,
+    protocol: crate::lifecycle::Protocol,
 ) -> Result<TaskPushNotificationConfig, A2aError> {
+    // The task first: a caller that may not see it learns nothing of the
+    // URL's check (which would tell what an internal name resolves to).
+    validate::push_config(&config, true)?;
+    manager
+        .check_visible(&config.tenant, caller, &config.task_id)
+        .await?;
     let config = checked(egress, config, true).await?;
     let tenant = config.tenant.clone();
-    manager.set_push_config(&tenant, caller, config).await
+    manager
+        .set_push_config_for(&tenant, caller, config, protocol)
+        .await
 }
 
 pub async fn get(

@@ -9,12 +9,13 @@ use crate::push::egress::Egress;
 use crate::runtime::stream::CloseAt;
 use crate::runtime::{SendOutcome, TaskManager};
 use crate::store::Caller;
-use crate::telemetry::TraceParent;
 
 /// A send's push notification config: PUSH_NOTIFICATION_NOT_SUPPORTED
 /// when push is off; else checked like CreateTaskPushNotificationConfig's
 /// (spec §3.2.1), for the message's task or the one it creates.
 async fn checked(
+    manager: &TaskManager,
+    caller: &Caller,
     mut req: validate::SendRequest,
     push: Option<&Egress>,
 ) -> Result<validate::SendRequest, A2aError> {
@@ -24,6 +25,13 @@ async fn checked(
     let egress = push.ok_or(A2aError::PushNotificationNotSupported)?;
     config.tenant = req.tenant.clone();
     config.task_id = req.request.message.task_id.clone();
+    // A follow-up's task first, as CreateTaskPushNotificationConfig's
+    // (`push::create`).
+    if !config.task_id.is_empty() {
+        manager
+            .check_visible(&config.tenant, caller, &config.task_id)
+            .await?;
+    }
     req.request.push_config = Some(super::push::checked(egress, config, false).await?);
     Ok(req)
 }
@@ -36,11 +44,12 @@ pub async fn send_message(
     manager: &TaskManager,
     caller: &Caller,
     push: Option<&Egress>,
-    trace: Option<TraceParent>,
+    call: &super::CallContext,
     request: SendMessageRequest,
 ) -> Result<SendMessageResponse, A2aError> {
-    let mut req = checked(validate::send_request(request)?, push).await?;
-    req.request.trace = trace;
+    let mut req = checked(manager, caller, validate::send_request(request)?, push).await?;
+    req.request.trace = call.trace;
+    req.request.protocol = call.protocol;
     let outcome = manager
         .send_message(&req.tenant, caller, req.request, req.history, false)
         .await?;
@@ -64,11 +73,12 @@ pub async fn send_streaming_message(
     manager: &TaskManager,
     caller: &Caller,
     push: Option<&Egress>,
-    trace: Option<TraceParent>,
+    call: &super::CallContext,
     request: SendMessageRequest,
 ) -> Result<EventStream, A2aError> {
-    let mut req = checked(validate::send_request(request)?, push).await?;
-    req.request.trace = trace;
+    let mut req = checked(manager, caller, validate::send_request(request)?, push).await?;
+    req.request.trace = call.trace;
+    req.request.protocol = call.protocol;
     let outcome = manager
         .send_message(&req.tenant, caller, req.request, req.history, true)
         .await?;

@@ -160,6 +160,7 @@ pub fn send_request(req: SendMessageRequest) -> Result<SendRequest, A2aError> {
             push_config: config.task_push_notification_config,
             // The call's, set by the service from its metadata.
             trace: None,
+            protocol: Default::default(),
         },
         history,
         return_immediately: config.return_immediately,

@@ -25,6 +25,9 @@ struct StoredRecord {
     /// Absent (empty) in records written before traces were kept.
     #[prost(string, tag = "5")]
     trace: String,
+    /// Absent (empty) in records written before 0.3 clients were served.
+    #[prost(string, repeated, tag = "6")]
+    v0_3_push_configs: Vec<String>,
 }
 
 pub fn encode(record: &TaskRecord) -> Vec<u8> {
@@ -47,7 +50,8 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
             string::encoded_len(5, &record.trace)
         } else {
             0
-        };
+        }
+        + string::encoded_len_repeated(6, &record.v0_3_push_configs);
     let mut buf = Vec::with_capacity(len);
     message::encode(1, &record.task, &mut buf);
     string::encode_repeated(2, &record.sealed_artifacts, &mut buf);
@@ -60,6 +64,7 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
     if trace {
         string::encode(5, &record.trace, &mut buf);
     }
+    string::encode_repeated(6, &record.v0_3_push_configs, &mut buf);
     buf
 }
 
@@ -71,6 +76,7 @@ pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
         sealed_artifacts: stored.sealed_artifacts,
         owner: stored.owner,
         push_configs: stored.push_configs,
+        v0_3_push_configs: stored.v0_3_push_configs,
         trace: stored.trace,
     })
 }
@@ -141,12 +147,18 @@ mod tests {
                 token: "t".into(),
                 ..Default::default()
             }];
+            record.v0_3_push_configs = if owner.is_empty() {
+                Vec::new()
+            } else {
+                vec![format!("hook-{owner}")]
+            };
             let message = StoredRecord {
                 task: Some(record.task.clone()),
                 sealed_artifacts: record.sealed_artifacts.clone(),
                 owner: owner.into(),
                 push_configs: record.push_configs.clone(),
                 trace: trace.into(),
+                v0_3_push_configs: record.v0_3_push_configs.clone(),
             };
             assert_eq!(encode(&record), message.encode_to_vec());
             assert_eq!(decode(&encode(&record)).unwrap(), record);

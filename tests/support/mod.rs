@@ -666,3 +666,74 @@ pub fn card_1_0(body: &str) -> a2a_lifecycle::proto::AgentCard {
     a2a_lifecycle::json::from_str(&value.to_string())
         .unwrap_or_else(|e| panic!("not a 1.0 AgentCard beside the 0.3 fields ({e}): {body}"))
 }
+
+/// One POST a [`webhook`] took.
+#[derive(Debug)]
+pub struct Posted {
+    pub headers: http::HeaderMap,
+    pub body: serde_json::Value,
+}
+
+/// An HTTP/1.1 webhook on loopback that answers 200 to every POST: its
+/// URL, and each POST it took, in order. A body that is not JSON fails
+/// the test.
+pub async fn webhook() -> (String, tokio::sync::mpsc::UnboundedReceiver<Posted>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let tx = tx.clone();
+            let service = hyper::service::service_fn(
+                move |request: hyper::Request<hyper::body::Incoming>| {
+                    let tx = tx.clone();
+                    async move {
+                        let (parts, body) = request.into_parts();
+                        let bytes = body.collect().await?.to_bytes();
+                        let body = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                            panic!("a webhook body that is not JSON ({e}): {bytes:?}")
+                        });
+                        // The test may have stopped reading.
+                        tx.send(Posted {
+                            headers: parts.headers,
+                            body,
+                        })
+                        .ok();
+                        Ok::<_, hyper::Error>(hyper::Response::new(http_body_util::Empty::<
+                            bytes::Bytes,
+                        >::new(
+                        )))
+                    }
+                },
+            );
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service),
+            );
+        }
+    });
+    (url, rx)
+}
+
+/// What a [`webhook`] takes up to and including the first POST `last`
+/// accepts.
+pub async fn posted_until(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Posted>,
+    last: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<Posted> {
+    let mut posts = Vec::new();
+    loop {
+        let post = within("a webhook POST", rx.recv())
+            .await
+            .expect("the webhook is up");
+        let done = last(&post.body);
+        posts.push(post);
+        if done {
+            return posts;
+        }
+    }
+}

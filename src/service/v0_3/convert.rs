@@ -301,6 +301,14 @@ impl StreamOut {
     }
 }
 
+/// A 0.3 push notification's body: the task, as 0.3 servers POST it
+/// (its outbox entry is the task written, see
+/// `runtime::live::outbox_entries`); any other event as its 0.3 form.
+pub fn push_body(event: proto::StreamResponse) -> Result<String, A2aError> {
+    let event = StreamOut::default().event(event)?;
+    serde_json::to_string(&event).map_err(|e| A2aError::Internal(e.to_string()))
+}
+
 /// `MessageSendParams` as the 1.0 `SendMessageRequest`.
 pub fn send_in(
     p: v03::MessageSendParams,

@@ -183,16 +183,29 @@ impl A2aService for A2aGrpcV03 {
         &self,
         request: Request<old::GetAgentCardRequest>,
     ) -> Result<Response<old::AgentCard>, Status> {
-        // 0.3's card differs from 1.0's in shape throughout (interfaces,
-        // security); a 0.3 gRPC client reads the card over HTTP, where
-        // the document carries both.
-        self.call(&request)?;
-        Err(A2aError::unsupported(
-            "GetAgentCard of protocol 0.3 is not served over gRPC: read the card at \
-             /.well-known/agent-card.json (it carries the 0.3 fields)",
-            None,
-        )
-        .into())
+        // A 0.3 gRPC client asks for the card when the one it read says
+        // `supportsAuthenticatedExtendedCard`: the extended card then,
+        // else the public one; in 0.3's form with the 0.3 interfaces.
+        let call = self.call(&request)?;
+        let cards = self.api.cards();
+        let public = cards
+            .card("")
+            .ok_or_else(|| A2aError::invalid("tenant", "no agent is served without a tenant"))?;
+        let extended = public
+            .capabilities
+            .as_ref()
+            .and_then(|c| c.extended_agent_card)
+            .unwrap_or(false);
+        let card = if extended {
+            let request = proto::GetExtendedAgentCardRequest::default();
+            self.api.get_extended_agent_card(&call, request).await?
+        } else {
+            public.clone()
+        };
+        Ok(Response::new(pb::card_out(
+            &card,
+            &cards.v03_interfaces(""),
+        )))
     }
 
     async fn delete_task_push_notification_config(

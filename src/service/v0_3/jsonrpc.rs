@@ -77,6 +77,7 @@ pub fn call_for(api: &A2aApi, call: &CallContext) -> Result<CallContext, A2aErro
     }
     let mut call = call.clone();
     call.params.version = None;
+    call.protocol = crate::lifecycle::Protocol::V0_3;
     Ok(call)
 }
 

@@ -322,6 +322,60 @@ pub fn push_config_out(c: proto::TaskPushNotificationConfig) -> old::TaskPushNot
     }
 }
 
+/// A message of 1.0 as the 0.3 message with the same wire form (the card's
+/// skills, schemes, provider, extensions, signatures: 1.0 only added
+/// fields, which 0.3's decoding skips).
+fn same_wire<A: prost::Message, B: prost::Message + Default>(a: &A) -> B {
+    // Cannot fail: the two share every 0.3 field's number and type.
+    B::decode(a.encode_to_vec().as_slice()).unwrap_or_default()
+}
+
+/// A 1.0 card as 0.3's proto `AgentCard`: `url` and `preferredTransport`
+/// from the first of the 0.3 `interfaces` served (URL, 0.3 transport
+/// name), all of them as `additionalInterfaces`, as the card document's
+/// 0.3 fields (`discovery::v0_3`).
+pub fn card_out(card: &proto::AgentCard, interfaces: &[(String, &str)]) -> old::AgentCard {
+    let capabilities = card.capabilities.clone().unwrap_or_default();
+    let (url, preferred) = interfaces
+        .first()
+        .map(|(url, transport)| (url.clone(), (*transport).to_owned()))
+        .unwrap_or_default();
+    old::AgentCard {
+        protocol_version: crate::discovery::v0_3::PROTOCOL_VERSION.into(),
+        name: card.name.clone(),
+        description: card.description.clone(),
+        url,
+        preferred_transport: preferred,
+        additional_interfaces: interfaces
+            .iter()
+            .map(|(url, transport)| old::AgentInterface {
+                url: url.clone(),
+                transport: (*transport).to_owned(),
+            })
+            .collect(),
+        provider: card.provider.as_ref().map(same_wire),
+        version: card.version.clone(),
+        documentation_url: card.documentation_url.clone().unwrap_or_default(),
+        capabilities: Some(old::AgentCapabilities {
+            streaming: capabilities.streaming.unwrap_or(false),
+            push_notifications: capabilities.push_notifications.unwrap_or(false),
+            extensions: capabilities.extensions.iter().map(same_wire).collect(),
+        }),
+        security_schemes: card
+            .security_schemes
+            .iter()
+            .map(|(name, scheme)| (name.clone(), same_wire(scheme)))
+            .collect(),
+        security: card.security_requirements.iter().map(same_wire).collect(),
+        default_input_modes: card.default_input_modes.clone(),
+        default_output_modes: card.default_output_modes.clone(),
+        skills: card.skills.iter().map(same_wire).collect(),
+        supports_authenticated_extended_card: capabilities.extended_agent_card.unwrap_or(false),
+        signatures: card.signatures.iter().map(same_wire).collect(),
+        icon_url: card.icon_url.clone().unwrap_or_default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
