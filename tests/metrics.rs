@@ -346,3 +346,23 @@ async fn under_auth_metrics_need_credentials_and_failures_are_counted() {
     );
     server.stop().await;
 }
+
+/// A metric the scrape does not have is a failure, not a 0: a check that
+/// something stayed at 0 fails when its metric is renamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metric_missing_from_the_scrape_fails_its_check() {
+    let server = TestServer::start().await;
+    let scraped = scrape(&server).await;
+    // Declared, with no series yet: 0.
+    assert_eq!(
+        value(
+            &scraped,
+            "a2a_rpc_requests_total",
+            &[("method", "NoSuchMethod")]
+        ),
+        0.0
+    );
+    let renamed = std::panic::catch_unwind(|| value(&scraped, "a2a_rpc_request_total", &[]));
+    assert!(renamed.is_err(), "a missing metric read as {renamed:?}");
+    server.stop().await;
+}

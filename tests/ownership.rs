@@ -26,7 +26,7 @@ use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 use a2a_lifecycle::connections::ClientCerts;
-use support::certs::{Ca, Pair, channel, serve_tls};
+use support::certs::{Ca, Pair, channel, serve_tls, serve_tls_with};
 use support::jwt::{claims, fixtures, key_digest, now, sign};
 use support::{request, user_message, within};
 
@@ -208,13 +208,14 @@ fn callers(ca: &Ca) -> Vec<Who> {
 }
 
 /// The RPCs that name a task.
-const TASK_RPCS: [&str; 9] = [
+const TASK_RPCS: [&str; 10] = [
     "GetTask",
     "CancelTask",
     "SubscribeToTask",
     "SendMessage (follow-up)",
     "SendStreamingMessage (follow-up)",
     "CreateTaskPushNotificationConfig",
+    "CreateTaskPushNotificationConfig (internal URL)",
     "GetTaskPushNotificationConfig",
     "ListTaskPushNotificationConfigs",
     "DeleteTaskPushNotificationConfig",
@@ -274,6 +275,17 @@ async fn call(client: &mut Client, rpc: &str, tenant: &str, id: &str) -> Result<
             })
             .await
             .map(drop),
+        // Refused for its address: but only once the caller may see the
+        // task, or it would learn what the name resolves to.
+        "CreateTaskPushNotificationConfig (internal URL)" => client
+            .create_task_push_notification_config(TaskPushNotificationConfig {
+                tenant: t,
+                task_id: id,
+                url: "http://127.0.0.1:9/a2a".into(),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
         "GetTaskPushNotificationConfig" => client
             .get_task_push_notification_config(GetTaskPushNotificationConfigRequest {
                 tenant: t,
@@ -302,16 +314,10 @@ async fn call(client: &mut Client, rpc: &str, tenant: &str, id: &str) -> Result<
     }
 }
 
-/// Push configs are not offered yet: every caller gets the same answer
-/// for every task, which tells nothing about the task.
-fn is_push(rpc: &str) -> bool {
-    rpc.contains("PushNotification")
-}
-
-fn push_not_supported(status: &tonic::Status) -> bool {
-    status
-        .get_details_error_info()
-        .is_some_and(|i| i.reason == "PUSH_NOTIFICATION_NOT_SUPPORTED")
+/// A call its own caller must see refused (for what it asks, not for
+/// whose task it is).
+fn refused_for_itself(rpc: &str) -> bool {
+    rpc.ends_with("(internal URL)")
 }
 
 /// An error as a caller sees it, with `id` replaced: what must be the same
@@ -344,7 +350,7 @@ async fn alices_task(alice: &mut Client) -> Task {
     .await
     .unwrap()
     .into_inner();
-    match task.payload {
+    let task = match task.payload {
         Some(send_message_response::Payload::Task(t)) => {
             assert_eq!(
                 t.status.as_ref().unwrap().state,
@@ -353,7 +359,22 @@ async fn alices_task(alice: &mut Client) -> Task {
             t
         }
         other => panic!("expected a task, got {other:?}"),
-    }
+    };
+    // With the config the config RPCs name.
+    let config = TaskPushNotificationConfig {
+        tenant: TENANT.into(),
+        task_id: task.id.clone(),
+        id: "config-1".into(),
+        url: "https://hooks.example.test/a2a".into(),
+        ..Default::default()
+    };
+    within(
+        "alice's push config",
+        alice.create_task_push_notification_config(config),
+    )
+    .await
+    .expect("push is on");
+    task
 }
 
 async fn read(alice: &mut Client, id: &str) -> Task {
@@ -403,11 +424,14 @@ async fn listed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_caller_reaches_a_task_it_may_not_see() {
     let ca = Ca::new();
-    let server = serve_tls(
+    // Push on (webhooks to public addresses only): the config RPCs are
+    // served, so their cells check what they answer.
+    let server = serve_tls_with(
         &ca,
         &ca.server(),
         ClientCerts::Optional,
         Some(authenticator()),
+        Some(Default::default()),
     )
     .await;
     let plain = channel(server.port, &ca.pem(), None).await.unwrap();
@@ -432,8 +456,12 @@ async fn no_caller_reaches_a_task_it_may_not_see() {
             let missing = call(&mut c, rpc, who.tenant, &missing_id).await;
             let case = format!("{} / {rpc}", who.name);
             match (who.expect, &answer) {
+                (Expect::Sees, Ok(())) if refused_for_itself(rpc) => {
+                    leaks.push(format!("{case}: served"))
+                }
                 (Expect::Sees, Ok(())) => {}
-                (Expect::Sees, Err(e)) if is_push(rpc) && push_not_supported(e) => {}
+                (Expect::Sees, Err(e))
+                    if refused_for_itself(rpc) && e.code() == Code::InvalidArgument => {}
                 (Expect::Sees, Err(e)) => leaks.push(format!("{case}: refused its own: {e:?}")),
                 (Expect::Hidden, Ok(())) => leaks.push(format!("{case}: answered")),
                 (Expect::Hidden, Err(e)) => {
@@ -447,7 +475,7 @@ async fn no_caller_reaches_a_task_it_may_not_see() {
                             "{case}: hidden task answered {hidden}, missing one {absent}"
                         ));
                     }
-                    if !is_push(rpc) && e.code() != Code::NotFound {
+                    if e.code() != Code::NotFound {
                         leaks.push(format!("{case}: {:?}, not NOT_FOUND", e.code()));
                     }
                 }

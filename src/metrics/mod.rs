@@ -416,9 +416,22 @@ impl Drop for GaugeGuard {
     }
 }
 
+/// Registers `metric` as `name` (under the `a2a` prefix), noting its
+/// full name.
+fn register(
+    (registry, names): (&mut Registry, &mut Vec<String>),
+    name: &str,
+    help: &str,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    names.push(format!("a2a_{name}"));
+    registry.register(name, help, metric);
+}
+
 /// Every metric of one server, and the registry that renders them.
 pub struct Metrics {
     registry: Registry,
+    names: Vec<String>,
     pub rpc: RpcMetrics,
     pub tasks: TaskMetrics,
     pub streams: StreamMetrics,
@@ -442,16 +455,19 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("a2a");
+        let mut names = Vec::new();
         let rpc = RpcMetrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
         };
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "rpc_requests",
             "RPCs answered, by binding (grpc, jsonrpc, http-json), method and gRPC status code",
             rpc.requests.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "rpc_duration_seconds",
             "RPC latency to the end of the response (a stream's whole life for streaming methods)",
             rpc.duration.clone(),
@@ -462,22 +478,26 @@ impl Metrics {
             runs_active: Gauge::default(),
             unfinished: Family::default(),
         };
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "tasks_created",
             "Tasks created, by agent",
             tasks.created.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "task_states",
             "Committed status changes into each state, by agent and state",
             tasks.states.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "runs_active",
             "Agent runs going on now",
             tasks.runs_active.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "tasks",
             "Tasks in the store in each state that has not ended (all tenants and replicas), counted every 2 s",
             tasks.unfinished.clone(),
@@ -486,12 +506,14 @@ impl Metrics {
             open: Family::default(),
             resyncs: Counter::default(),
         };
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "streams_open",
             "Open event streams, by kind (send: SendStreamingMessage, subscribe: SubscribeToTask)",
             streams.open.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "stream_resyncs",
             "Subscribers that fell behind and were sent a fresh task snapshot",
             streams.resyncs.clone(),
@@ -504,22 +526,26 @@ impl Metrics {
             }),
             queue_depth: Family::default(),
         };
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "store_write_seconds",
             "Task writes, from the runtime's request to the store's commit, by backend",
             store.write_seconds.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "store_write_failures",
             "Task writes the store failed (refusals of a stale version included), by backend",
             store.write_failures.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "store_batch_writes",
             "Writes per transaction of the store's writer (SQLite, PostgreSQL), by backend",
             store.batch_writes.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "store_queue_depth",
             "Writes waiting for the store's writer when it last took a batch, by backend",
             store.queue_depth.clone(),
@@ -527,7 +553,8 @@ impl Metrics {
         let auth = AuthMetrics {
             failures: Family::default(),
         };
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "auth_failures",
             "Requests refused authentication, by reason",
             auth.failures.clone(),
@@ -538,28 +565,33 @@ impl Metrics {
             attempt_seconds: Histogram::new(latency_buckets()),
             pending: Gauge::default(),
         };
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "push_deliveries",
             "Push notifications ended, by outcome (delivered, refused, given_up, dropped)",
             push.deliveries.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "push_retries",
             "Push notification attempts that failed and were scheduled again",
             push.retries.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "push_attempt_seconds",
             "Push notification POSTs, to the webhook's answer or the attempt's failure",
             push.attempt_seconds.clone(),
         );
-        registry.register(
+        register(
+            (&mut registry, &mut names),
             "push_outbox_pending",
             "Push outbox entries this process has read and not finished (at most 65536)",
             push.pending.clone(),
         );
         Metrics {
             registry,
+            names,
             rpc,
             tasks,
             streams,
@@ -567,6 +599,13 @@ impl Metrics {
             auth,
             push,
         }
+    }
+
+    /// Every metric family registered, by its full name (`a2a_...`,
+    /// without a counter's `_total`), whether it has series yet or not: a
+    /// family without any is not rendered.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// The metrics now, in the OpenMetrics text format ([`CONTENT_TYPE`]).

@@ -131,6 +131,17 @@ pub async fn serve_tls(
     clients: ClientCerts,
     auth: Option<Arc<Authenticator>>,
 ) -> TlsServer {
+    serve_tls_with(ca, server, clients, auth, None).await
+}
+
+/// [`serve_tls`], with push notifications on when `push` is given.
+pub async fn serve_tls_with(
+    ca: &Ca,
+    server: &Pair,
+    clients: ClientCerts,
+    auth: Option<Arc<Authenticator>>,
+    push: Option<a2a_lifecycle::push::deliver::Settings>,
+) -> TlsServer {
     let dir = scratch_dir("tls-server");
     std::fs::write(dir.join("chain.pem"), &server.chain).unwrap();
     std::fs::write(dir.join("key.pem"), &server.key).unwrap();
@@ -158,6 +169,7 @@ pub async fn serve_tls(
             a2a_lifecycle::server::Security {
                 auth,
                 tls: Some(tls),
+                push,
                 ..Default::default()
             },
             async {

@@ -575,10 +575,24 @@ pub fn parse_metrics(text: &str) -> prometheus_parse::Scrape {
     prometheus_parse::Scrape::parse(lines).expect("the metrics parse")
 }
 
-/// The value of the sample `name` whose labels include `labels` (0 when
-/// there is none yet), summed over the rest; for a histogram, its count.
+/// The value of the sample `name` whose labels include `labels`, summed
+/// over the rest; for a histogram, its count. 0 when the metric is
+/// registered but has no such series yet; a metric the server does not
+/// register fails the test, so a renamed metric cannot pass a check of
+/// `== 0`.
 pub fn metric_value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     use prometheus_parse::Value;
+    let family = ["_total", "_count", "_sum", "_bucket", "_created"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(name);
+    // A family without series is not rendered: registered is the test.
+    let registered = a2a_lifecycle::metrics::Metrics::new();
+    assert!(
+        registered.names().iter().any(|n| n == name || n == family)
+            || scrape.samples.iter().any(|s| s.metric == name),
+        "the server has no metric {name}: renamed, or never registered?"
+    );
     scrape
         .samples
         .iter()
