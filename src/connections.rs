@@ -55,6 +55,14 @@ pub fn peer_key(addr: std::net::IpAddr) -> std::net::IpAddr {
 
 /// Connections served at once; one more is closed at accept.
 pub const MAX_CONNECTIONS: usize = 4096;
+/// Connections one peer ([`peer_key`]) may hold at once; one more is
+/// closed at accept. Well under [`MAX_CONNECTIONS`], so one address can
+/// never take them all.
+pub const MAX_CONNECTIONS_PER_PEER: usize = 512;
+/// Time a request has, once its headers arrived, to send its whole body;
+/// past it the request ends with an error (A2A's requests are one message
+/// each: none streams its body).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Concurrent HTTP/2 streams per connection, advertised in SETTINGS
 /// (`SETTINGS_MAX_CONCURRENT_STREAMS`); h2 refuses streams past it.
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
@@ -90,6 +98,8 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    pub max_connections_per_peer: usize,
+    pub body_timeout: Duration,
     pub max_concurrent_streams: u32,
     pub handshake_timeout: Duration,
     pub keepalive_interval: Duration,
@@ -103,6 +113,8 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: MAX_CONNECTIONS,
+            max_connections_per_peer: MAX_CONNECTIONS_PER_PEER,
+            body_timeout: BODY_TIMEOUT,
             max_concurrent_streams: MAX_CONCURRENT_STREAMS,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             keepalive_interval: KEEPALIVE_INTERVAL,
@@ -159,8 +171,10 @@ pub fn raise_descriptor_limit(max_connections: usize) {
     let _ = max_connections;
 }
 
-/// Accepted connections under the cap: one past it is closed at once (the
-/// client sees the connection end), and those being served are unaffected.
+/// Accepted connections under the caps: one past the server's cap, or
+/// past its peer's ([`ConnectionLimits::max_connections_per_peer`]), is
+/// closed at once (the client sees the connection end; the log says which
+/// cap), and those being served are unaffected.
 pub fn bounded<S>(
     accepted: S,
     limits: &ConnectionLimits,
@@ -169,8 +183,9 @@ pub fn bounded<S>(
 where
     S: Stream<Item = std::io::Result<TcpStream>> + Send + 'static,
 {
-    let open = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(Open::default());
     let max = limits.max_connections;
+    let per_peer = limits.max_connections_per_peer;
     let handshake = limits.handshake_timeout;
     accepted.filter_map(move |accepted| {
         let open = open.clone();
@@ -181,15 +196,25 @@ where
                 // listener's; tonic logs and goes on.
                 Err(e) => return Some(Err(e)),
             };
-            if open.fetch_add(1, Ordering::AcqRel) >= max {
-                open.fetch_sub(1, Ordering::AcqRel);
-                tracing::warn!(max_connections = max, "connection refused: at the cap");
-                drop(stream);
-                return None;
-            }
+            let peer = stream.peer_addr().ok().map(|a| peer_key(a.ip()));
+            let slot = match open.take(peer, max, per_peer) {
+                Ok(slot) => slot,
+                Err(Full::Server) => {
+                    tracing::warn!(max_connections = max, "connection refused: at the cap");
+                    return None;
+                }
+                Err(Full::Peer) => {
+                    tracing::warn!(
+                        peer = ?peer,
+                        max_connections_per_peer = per_peer,
+                        "connection refused: its peer is at its cap"
+                    );
+                    return None;
+                }
+            };
             Some(Ok(Conn {
                 stream,
-                _slot: Slot(open),
+                _slot: slot,
                 // Under TLS the first bytes are a ClientHello, not HTTP:
                 // the TLS handshake has the deadline instead (`serve`).
                 handshake: (!tls).then(|| Handshake::new(handshake)),
@@ -250,11 +275,68 @@ impl Connected for UnvectoredTcp {
 }
 
 /// Frees a connection's place under the cap when it closes.
-struct Slot(Arc<AtomicUsize>);
+/// The connections open, in all and per peer.
+#[derive(Default)]
+struct Open {
+    all: AtomicUsize,
+    /// Peers with a connection open, and how many; an entry leaves with
+    /// its peer's last connection, so the map holds at most the server's
+    /// cap of entries.
+    by_peer: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+/// Which cap refused a connection.
+enum Full {
+    Server,
+    Peer,
+}
+
+impl Open {
+    fn take(
+        self: &Arc<Self>,
+        peer: Option<std::net::IpAddr>,
+        max: usize,
+        per_peer: usize,
+    ) -> Result<Slot, Full> {
+        if self.all.fetch_add(1, Ordering::AcqRel) >= max {
+            self.all.fetch_sub(1, Ordering::AcqRel);
+            return Err(Full::Server);
+        }
+        if let Some(peer) = peer {
+            let mut by_peer = self.by_peer.lock().unwrap_or_else(|e| e.into_inner());
+            let count = by_peer.entry(peer).or_insert(0);
+            if *count >= per_peer {
+                drop(by_peer);
+                self.all.fetch_sub(1, Ordering::AcqRel);
+                return Err(Full::Peer);
+            }
+            *count += 1;
+        }
+        Ok(Slot {
+            open: self.clone(),
+            peer,
+        })
+    }
+}
+
+/// A connection's place under the caps, given back when it closes.
+struct Slot {
+    open: Arc<Open>,
+    peer: Option<std::net::IpAddr>,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        if let Some(peer) = self.peer {
+            let mut by_peer = self.open.by_peer.lock().unwrap_or_else(|e| e.into_inner());
+            if let std::collections::hash_map::Entry::Occupied(mut count) = by_peer.entry(peer) {
+                *count.get_mut() -= 1;
+                if *count.get() == 0 {
+                    count.remove();
+                }
+            }
+        }
+        self.open.all.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -380,7 +462,7 @@ pub async fn serve<S>(
     tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
 ) where
-    S: Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible>
+    S: Service<Request<TimedBody>, Response = Response<tonic::body::Body>, Error = Infallible>
         + Clone
         + Send
         + 'static,
@@ -393,6 +475,7 @@ pub async fn serve<S>(
     // Fired when the grace is over: each connection is dropped.
     let cut = CancellationToken::new();
     let idle_timeout = limits.idle_timeout;
+    let body_timeout = limits.body_timeout;
     let mut incoming = std::pin::pin!(incoming);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -422,6 +505,7 @@ pub async fn serve<S>(
                 let info = ConnInfo {
                     tcp: info,
                     client: None,
+                    body_timeout,
                 };
                 return serve_one(conn, info, service, builder, idle_timeout, draining, cut).await;
             };
@@ -440,7 +524,11 @@ pub async fn serve<S>(
                         .and_then(|chain| chain.first())
                         .and_then(|cert| certificate_name(cert))
                         .map(|name| ClientCertificate { name });
-                    let info = ConnInfo { tcp: info, client };
+                    let info = ConnInfo {
+                        tcp: info,
+                        client,
+                        body_timeout,
+                    };
                     serve_one(stream, info, service, builder, idle_timeout, draining, cut).await
                 }
                 Ok(Err(e)) => {
@@ -676,7 +764,7 @@ async fn serve_one<IO, S>(
     draining: CancellationToken,
     cut: CancellationToken,
 ) where
-    S: Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible>
+    S: Service<Request<TimedBody>, Response = Response<tonic::body::Body>, Error = Infallible>
         + Clone
         + Send
         + 'static,
@@ -783,6 +871,8 @@ impl Drop for InFlight {
 struct ConnInfo {
     tcp: TcpConnectInfo,
     client: Option<ClientCertificate>,
+    /// [`ConnectionLimits::body_timeout`].
+    body_timeout: Duration,
 }
 
 /// The per-connection service: counts requests in flight and gives each
@@ -796,7 +886,7 @@ struct Counted<S> {
 
 impl<S> Service<Request<Incoming>> for Counted<S>
 where
-    S: Service<Request<Incoming>, Response = Response<tonic::body::Body>, Error = Infallible>,
+    S: Service<Request<TimedBody>, Response = Response<tonic::body::Body>, Error = Infallible>,
     S::Future: Send + 'static,
 {
     type Response = Response<CountedBody>;
@@ -807,8 +897,14 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::new(self.activity.clone());
+        let deadline = Instant::now() + self.connect_info.body_timeout;
+        let mut request = request.map(|body| TimedBody {
+            inner: body,
+            deadline,
+            timer: None,
+        });
         request
             .extensions_mut()
             .insert(self.connect_info.tcp.clone());
@@ -823,6 +919,55 @@ where
                 _in_flight: in_flight,
             }))
         })
+    }
+}
+
+/// A request body with a deadline for its end
+/// ([`ConnectionLimits::body_timeout`], counted from its headers): one that
+/// stalls past it ends with [`BodyTimedOut`], so a caller cannot hold a
+/// request (and what it holds) open by sending its body slowly.
+pub struct TimedBody {
+    inner: Incoming,
+    deadline: Instant,
+    /// Made the first time the body has to wait: most bodies arrive with
+    /// their headers, and never do.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+/// A request body not received by its deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive in time")]
+pub struct BodyTimedOut;
+
+impl http_body::Body for TimedBody {
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Pending => {
+                let deadline = self.deadline;
+                let timer = self
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut.into()))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -63,6 +63,18 @@ struct ConnectionArgs {
     /// Connections served at once; one more is closed at accept.
     #[arg(long, default_value_t = connections::MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Connections one client address (an IPv6 /64) may hold at once; one
+    /// more is closed at accept.
+    #[arg(
+        long,
+        default_value_t = connections::MAX_CONNECTIONS_PER_PEER,
+        value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize)
+    )]
+    max_connections_per_peer: usize,
+    /// Time a request has, once its headers arrived, to send its whole
+    /// body; past it the request ends with an error.
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    body_timeout: Duration,
     /// Concurrent HTTP/2 streams per connection (advertised in SETTINGS).
     #[arg(long, default_value_t = connections::MAX_CONCURRENT_STREAMS)]
     max_streams_per_connection: u32,
@@ -96,6 +108,8 @@ impl ConnectionArgs {
     fn limits(&self) -> connections::ConnectionLimits {
         connections::ConnectionLimits {
             max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            body_timeout: self.body_timeout,
             max_concurrent_streams: self.max_streams_per_connection,
             handshake_timeout: self.handshake_timeout,
             keepalive_interval: self.keepalive_interval,
@@ -142,6 +156,8 @@ impl PushArgs {
     }
 }
 
+// Parsed once at start: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the server with the demo agents.

@@ -312,6 +312,146 @@ fn metrics_router(metrics: Arc<Metrics>, auth: Option<Arc<Authenticator>>) -> ax
     axum::Router::new().route("/metrics", axum::routing::get(scrape))
 }
 
+/// Public `grpc.health.v1.Health/Watch` streams one peer
+/// ([`crate::connections::peer_key`]) may hold at once on the server's
+/// port. A Watch never ends by itself and needs no credentials, and a
+/// request in flight keeps its connection out of the idle timeout: without
+/// a bound, one address could hold connections (and their share of the
+/// caps) for ever.
+pub const MAX_WATCHES_PER_PEER: usize = 8;
+
+/// The health service with its Watch streams bounded per peer; a Watch
+/// past the bound is RESOURCE_EXHAUSTED.
+#[derive(Clone)]
+pub struct BoundedWatches<S> {
+    inner: S,
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    max: usize,
+}
+
+impl<S> BoundedWatches<S> {
+    pub fn new(inner: S, max: usize) -> Self {
+        BoundedWatches {
+            inner,
+            open: Default::default(),
+            max,
+        }
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for BoundedWatches<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+/// One peer's Watch stream, counted until its response ends.
+struct Watching {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    peer: std::net::IpAddr,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// A response body holding its Watch's place.
+struct WatchBody {
+    inner: tonic::body::Body,
+    _watching: Watching,
+}
+
+impl http_body::Body for WatchBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+}
+
+impl<S, B> tower::Service<http::Request<B>> for BoundedWatches<S>
+where
+    S: tower::Service<
+            http::Request<B>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let peer = request
+            .extensions()
+            .get::<tonic::transport::server::TcpConnectInfo>()
+            .and_then(|info| info.remote_addr())
+            .map(|a| crate::connections::peer_key(a.ip()));
+        let watching = match peer {
+            Some(peer) if request.uri().path().ends_with("/Watch") => {
+                let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+                let n = open.entry(peer).or_insert(0);
+                if *n >= self.max {
+                    drop(open);
+                    tracing::warn!(
+                        ?peer,
+                        max = self.max,
+                        "health Watch refused: its peer is at its bound"
+                    );
+                    let status = tonic::Status::resource_exhausted(format!(
+                        "at most {} health Watch streams per client address; use Check, or close one",
+                        self.max
+                    ));
+                    return Box::pin(async move { Ok(status.into_http()) });
+                }
+                *n += 1;
+                Some(Watching {
+                    open: self.open.clone(),
+                    peer,
+                })
+            }
+            _ => None,
+        };
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(match watching {
+                Some(watching) => response.map(|inner| {
+                    tonic::body::Body::new(WatchBody {
+                        inner,
+                        _watching: watching,
+                    })
+                }),
+                None => response,
+            })
+        })
+    }
+}
+
 /// Serves `routes` on `listener` (plain HTTP/1.1 and HTTP/2, under the
 /// server's connection `limits`) until `stop` completes.
 pub async fn serve_operations(

@@ -323,7 +323,10 @@ pub async fn serve_manager_tls(
     }
     let http = crate::service::web::cors(http, &discovery.cors_origins);
     let mut grpc = Routes::default()
-        .add_service(health_service)
+        .add_service(crate::operations::BoundedWatches::new(
+            health_service,
+            crate::operations::MAX_WATCHES_PER_PEER,
+        ))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);
     if served.contains(Binding::Grpc) {

@@ -440,3 +440,108 @@ async fn shutdown_leaves_no_task_active_in_the_store() {
         );
     }
 }
+
+/// A connection to `addr` from the loopback address `from`.
+async fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    within("connect", socket.connect(addr)).await.unwrap()
+}
+
+/// One address cannot hold every connection: past its own cap its next
+/// connection is closed unserved, while another address is served, and a
+/// place frees when one of its connections closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_hold_every_connection() {
+    let server = start(ConnectionLimits {
+        max_connections: 100,
+        max_connections_per_peer: 2,
+        handshake_timeout: Duration::from_secs(3600),
+        idle_timeout: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
+    let mut a = connect_from("127.0.0.1", server.addr).await;
+    let b = connect_from("127.0.0.1", server.addr).await;
+    assert!(card_over(&mut a).await.contains("200"));
+    let mut c = connect_from("127.0.0.1", server.addr).await;
+    c.write_all(CARD_REQUEST).await.ok();
+    let answered = closed_by_server(&mut c).await;
+    assert!(
+        answered.is_empty(),
+        "a third connection from one address was served: {}",
+        String::from_utf8_lossy(&answered)
+    );
+    // Another address is served meanwhile.
+    let mut other = connect_from("127.0.0.2", server.addr).await;
+    assert!(card_over(&mut other).await.contains("200"));
+    // b closes: its address may connect again (once the server saw it).
+    drop(b);
+    within("a place frees", async {
+        loop {
+            let mut d = connect_from("127.0.0.1", server.addr).await;
+            d.write_all(CARD_REQUEST).await.unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            match d.read(&mut buf).await {
+                Ok(n) if n > 0 => return,
+                _ => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+    stop(server).await;
+}
+
+/// A request whose body stalls once its headers arrived is ended at the
+/// body deadline, over HTTP/1.1 and HTTP/2 alike; a whole request is
+/// served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_request_body_is_ended_at_its_deadline() {
+    let server = start(ConnectionLimits {
+        body_timeout: Duration::from_millis(300),
+        handshake_timeout: Duration::from_secs(3600),
+        idle_timeout: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
+    // HTTP/1.1: a JSON-RPC call that promises 100 bytes and sends 10.
+    let mut h1 = TcpStream::connect(server.addr).await.unwrap();
+    h1.write_all(
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"",
+    )
+    .await
+    .unwrap();
+    let answered = String::from_utf8(closed_by_server(&mut h1).await).unwrap();
+    assert!(answered.starts_with("HTTP/1.1 4"), "{answered}");
+    // HTTP/2: a gRPC call whose body never comes.
+    let h2 = h2_connect(server.addr).await;
+    let send = within("h2 ready", h2.send.clone().ready()).await.unwrap();
+    let mut send = send;
+    let request = http::Request::post(format!(
+        "http://{}/lf.a2a.v1.A2AService/GetTask",
+        server.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, _body) = send.send_request(request, false).unwrap();
+    let response = within("the stalled call ends", response).await.unwrap();
+    // The status: in the headers (trailers-only) or the trailers.
+    let headers = response.headers().clone();
+    let mut body = response.into_body();
+    while let Some(chunk) = within("the answer", body.data()).await {
+        chunk.unwrap();
+    }
+    let trailers = within("trailers", body.trailers()).await.unwrap();
+    let status = trailers
+        .as_ref()
+        .unwrap_or(&headers)
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert!(
+        status.as_deref().is_some_and(|s| s != "0"),
+        "the stalled call was not ended with an error: {headers:?} {trailers:?}"
+    );
+    stop(server).await;
+}

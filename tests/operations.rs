@@ -248,3 +248,75 @@ async fn the_operations_listener_serves_metrics_without_credentials() {
     );
     within("stop", server.stop()).await;
 }
+
+/// A gRPC channel to `addr` from the loopback address `from`.
+async fn channel_from(from: &'static str, addr: SocketAddr) -> tonic::transport::Channel {
+    let connector = tower::service_fn(move |_: http::Uri| async move {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(format!("{from}:0").parse().unwrap())?;
+        let tcp = socket.connect(addr).await?;
+        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tcp))
+    });
+    within(
+        "connect",
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_with_connector(connector),
+    )
+    .await
+    .unwrap()
+}
+
+/// The public health Watch is bounded per client address on the
+/// server's port: past the bound a Watch is RESOURCE_EXHAUSTED, another
+/// address still watches, and a closed Watch frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_health_watches_are_bounded_per_address() {
+    use a2a_lifecycle::operations::MAX_WATCHES_PER_PEER;
+    let server = TestServer::start().await;
+    let mut client = HealthClient::new(channel_from("127.0.0.1", server.addr).await);
+    let watch = |client: &mut HealthClient<tonic::transport::Channel>| {
+        let mut client = client.clone();
+        async move {
+            within(
+                "watch",
+                client.watch(HealthCheckRequest {
+                    service: String::new(),
+                }),
+            )
+            .await
+            .map(|w| w.into_inner())
+        }
+    };
+    let mut held = Vec::new();
+    for _ in 0..MAX_WATCHES_PER_PEER {
+        let mut w = watch(&mut client).await.expect("within the bound");
+        assert_eq!(next_status(&mut w).await, ServingStatus::Serving);
+        held.push(w);
+    }
+    let refused = watch(&mut client).await.expect_err("past the bound");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    // Another address watches.
+    let mut other = HealthClient::new(channel_from("127.0.0.2", server.addr).await);
+    let mut w = watch(&mut other).await.expect("another address");
+    assert_eq!(next_status(&mut w).await, ServingStatus::Serving);
+    // One closes: its place is taken again (once the server saw it go).
+    drop(held.pop());
+    within("a place frees", async {
+        loop {
+            if let Ok(mut w) = watch(&mut client).await {
+                assert_eq!(next_status(&mut w).await, ServingStatus::Serving);
+                return w;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    drop(held);
+    drop(w);
+    server.stop().await;
+}
