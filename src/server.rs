@@ -316,6 +316,7 @@ pub async fn serve_manager_tls(
         metrics.as_ref(),
         Access::Public(auth_for_metrics),
     ));
+    let api_for_grpc = api.clone();
     let json_bindings: Vec<Binding> = served.iter().filter(|b| *b != Binding::Grpc).collect();
     if !json_bindings.is_empty() {
         let bindings = Arc::new(HttpBindings::new(api, &json_bindings, limits.sse_keepalive));
@@ -337,7 +338,7 @@ pub async fn serve_manager_tls(
     }
     let grpc = tower::ServiceBuilder::new()
         .map_response(crate::service::grpc::transport_error_info)
-        .service(grpc);
+        .service(crate::service::grpc::AuthFirst::new(grpc, api_for_grpc));
     let service = ByContentType {
         grpc,
         http: Routes::from(http),

@@ -51,6 +51,10 @@ pub(crate) fn context<T>(request: &Request<T>) -> CallContext {
         .get::<ClientCertificate>()
         .map(|c| c.name.clone());
     call.peer = request.remote_addr();
+    call.principal = request
+        .extensions()
+        .get::<Authenticated>()
+        .map(|a| a.0.clone());
     call.trace = request.extensions().get().copied();
     call.deadline = grpc_timeout(headers);
     call
@@ -352,5 +356,94 @@ mod tests {
         let status = Status::from(A2aError::TooLarge { max_bytes: 10 });
         assert_eq!(status.code(), Code::OutOfRange);
         assert_eq!(info(&status).metadata["max_bytes"], "10");
+    }
+}
+
+/// The principal an A2A gRPC call was authenticated as from its metadata,
+/// before its message was read ([`AuthFirst`]).
+#[derive(Clone)]
+pub(crate) struct Authenticated(pub(crate) crate::auth::Principal);
+
+/// Authenticates the A2A gRPC calls (1.0's and 0.3's services) from their
+/// metadata before tonic reads their message
+/// ([`A2aApi::authenticate_headers`]): a call without credentials is
+/// UNAUTHENTICATED with no byte of its body read. The health and
+/// reflection services stay public.
+#[derive(Clone)]
+pub struct AuthFirst<S> {
+    inner: S,
+    api: A2aApi,
+}
+
+impl<S> AuthFirst<S> {
+    pub fn new(inner: S, api: A2aApi) -> Self {
+        AuthFirst { inner, api }
+    }
+}
+
+/// Whether a gRPC path is one of the A2A services'.
+fn is_a2a_call(path: &str) -> bool {
+    [
+        "/lf.a2a.v1.A2AService/",
+        "/a2a.v1.A2AService/",
+    ]
+    .iter()
+    .any(|service| path.starts_with(service))
+}
+
+impl<S, B> tower::Service<http::Request<B>> for AuthFirst<S>
+where
+    S: tower::Service<
+            http::Request<B>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        if !self.api.authenticates() || !is_a2a_call(request.uri().path()) {
+            return Box::pin(self.inner.call(request));
+        }
+        // The ready service goes with this call; its clone waits for the
+        // next (tower's rule for a service called from a future).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let api = self.api.clone();
+        Box::pin(async move {
+            let mut call = CallContext::from_headers(Binding::Grpc, request.headers());
+            call.client_certificate = request
+                .extensions()
+                .get::<ClientCertificate>()
+                .map(|c| c.name.clone());
+            call.peer = request
+                .extensions()
+                .get::<tonic::transport::server::TcpConnectInfo>()
+                .and_then(|info| info.remote_addr());
+            match api.authenticate_headers(&mut call).await {
+                Ok(()) => {
+                    if let Some(principal) = call.principal {
+                        request.extensions_mut().insert(Authenticated(principal));
+                    }
+                    inner.call(request).await
+                }
+                Err(e) => Ok(Status::from(e).into_http()),
+            }
+        })
     }
 }

@@ -398,11 +398,17 @@ pub async fn serve(
     parts: http::request::Parts,
     body: Body,
 ) -> Response {
-    let call = call_context(Binding::HttpJson, &parts);
+    let mut call = call_context(Binding::HttpJson, &parts);
     let media = media_type(&parts);
     let mut record = bindings.observe(Binding::HttpJson, operation_label(route.operation));
     let span = crate::telemetry::rpc_span(|| record.method(), "http-json", call.trace.as_ref());
     let answer = async {
+        // Before the body: a caller without credentials costs no read.
+        bindings
+            .api()
+            .authenticate_headers(&mut call)
+            .await
+            .map_err(Refusal::Error)?;
         let bytes = if route.body {
             read_body(&parts, body).await.map_err(Refusal::Body)?
         } else {

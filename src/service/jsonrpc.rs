@@ -116,7 +116,12 @@ pub async fn serve(
     parts: http::request::Parts,
     body: Body,
 ) -> Response {
-    let call = call_context(Binding::JsonRpc, &parts);
+    let mut call = call_context(Binding::JsonRpc, &parts);
+    // Before the body: a caller without credentials costs no body read
+    // (its request's id is unread, so the answer's is null).
+    if let Err(e) = bindings.api().authenticate_headers(&mut call).await {
+        return error_response(NULL_ID, &e, false);
+    }
     let bytes = match read_body(&parts, body).await {
         Ok(bytes) => bytes,
         Err(e) => return body_refused(e),

@@ -77,6 +77,9 @@ pub struct CallContext {
     pub params: ServiceParameters,
     /// The caller's W3C `traceparent`.
     pub trace: Option<TraceParent>,
+    /// The caller, authenticated from the headers before the body was read
+    /// ([`A2aApi::authenticate_headers`]); `None`: not yet.
+    pub principal: Option<Principal>,
     /// The protocol version the caller speaks: 1.0, or 0.3 for a call the
     /// 0.3 edge ([`v0_3`]) translated.
     pub protocol: crate::lifecycle::Protocol,
@@ -167,10 +170,14 @@ impl A2aApi {
         let Some(auth) = &self.auth else {
             return Ok(None);
         };
-        match auth.authenticate_request(
-            call.authorization.as_deref(),
-            call.client_certificate.as_deref(),
-        ) {
+        let authenticated = match &call.principal {
+            Some(principal) => Ok(principal.clone()),
+            None => auth.authenticate_request(
+                call.authorization.as_deref(),
+                call.client_certificate.as_deref(),
+            ),
+        };
+        match authenticated {
             Ok(principal) if principal.may_use(tenant) => Ok(Some(principal)),
             Ok(principal) => {
                 // Not yet validated: as long as the caller made it.
@@ -188,6 +195,37 @@ impl A2aApi {
                 Err(A2aError::Unauthenticated(e.to_string()))
             }
         }
+    }
+
+    /// Authenticates the call from its headers (its credential, its
+    /// connection's client certificate) before its body is read, and keeps
+    /// the principal for the call's checks: a caller without credentials
+    /// makes the server read and hold nothing. Nothing to do without
+    /// `--auth`. Each binding calls it before reading a body.
+    pub async fn authenticate_headers(&self, call: &mut CallContext) -> Result<(), A2aError> {
+        let Some(auth) = &self.auth else {
+            return Ok(());
+        };
+        match auth.authenticate_request(
+            call.authorization.as_deref(),
+            call.client_certificate.as_deref(),
+        ) {
+            Ok(principal) => {
+                call.principal = Some(principal);
+                Ok(())
+            }
+            Err(e) => {
+                let binding = call.binding.to_string();
+                let metrics = self.manager.metrics().map(|m| &**m);
+                auth.refused(call.peer, &binding, &e, metrics).await;
+                Err(A2aError::Unauthenticated(e.to_string()))
+            }
+        }
+    }
+
+    /// Whether calls are authenticated (`--auth`).
+    pub fn authenticates(&self) -> bool {
+        self.auth.is_some()
     }
 
     /// The caller (see [`A2aApi::authenticate`]), then the version,

@@ -129,7 +129,7 @@ pub async fn serve(
     parts: http::request::Parts,
     body: Body,
 ) -> Response {
-    let call = call_context(Binding::HttpJson, &parts);
+    let mut call = call_context(Binding::HttpJson, &parts);
     let mut record = bindings.observe_version(
         Binding::HttpJson,
         crate::metrics::V0_3,
@@ -137,6 +137,10 @@ pub async fn serve(
     );
     let span = crate::telemetry::rpc_span(|| record.method(), "http-json", call.trace.as_ref());
     let answer = async {
+        // Before the body: a caller without credentials costs no read.
+        if let Err(e) = bindings.api().authenticate_headers(&mut call).await {
+            return Err((None, e));
+        }
         let bytes = if route.has_body() {
             match read_body(&parts, body).await {
                 Ok(bytes) => bytes,
