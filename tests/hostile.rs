@@ -55,7 +55,11 @@ fn patient() -> ConnectionLimits {
 
 /// The status line and headers of the answer to an HTTP/1.1 request
 /// whose headers promise a body that never comes.
-async fn http1_without_body(server: &TestServer, path: &str, authorization: Option<&str>) -> String {
+async fn http1_without_body(
+    server: &TestServer,
+    path: &str,
+    authorization: Option<&str>,
+) -> String {
     let mut tcp = TcpStream::connect(server.addr).await.unwrap();
     let auth = authorization
         .map(|a| format!("Authorization: {a}\r\n"))
@@ -132,4 +136,87 @@ async fn a_call_without_credentials_is_refused_before_its_body() {
         answer.body
     );
     server.stop().await;
+}
+
+/// Nothing a caller sends reaches a log line, a span or an error
+/// unbounded: a megabyte tenant or task id, or a JWT naming a key id of
+/// kilobytes, come back and go to the log cut to a few hundred bytes.
+#[test]
+fn what_a_caller_sends_reaches_logs_and_errors_cut_short() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile-echo");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("auth.toml");
+    let jwks = support::jwt::fixtures().join("jwks.json");
+    std::fs::write(
+        &file,
+        format!(
+            "[[principal]]\nname = \"bob\"\napi_key_sha256 = \"{}\"\ntenants = [\"deployer\"]\nrole = \"user\"\n\
+             [jwt]\nissuer = \"{}\"\naudience = \"{}\"\njwks_file = {:?}\ntenants_claim = \"tenants\"\nadmin_claim = \"a2a_admin\"\n",
+            support::jwt::key_digest("bob-key"),
+            support::jwt::ISSUER,
+            support::jwt::AUDIENCE,
+            jwks.to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    let (child, url, log) =
+        support::spawn_serve_logged(&["--store", "memory", "--auth", file.to_str().unwrap()]);
+    let _server = support::KillOnDrop(child);
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let long = "x".repeat(1 << 20);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let bodies = runtime.block_on(async {
+        let bob = support::web::Http::new(addr).with_header("authorization", "Bearer bob-key");
+        let mut bodies = Vec::new();
+        // A tenant bob may not use, a megabyte long.
+        let denied = bob
+            .rpc("GetTask", serde_json::json!({"tenant": long, "id": "t"}))
+            .await;
+        bodies.push(denied.body.clone());
+        // A task id a megabyte long.
+        let invalid = bob
+            .rpc_at("/deployer", "GetTask", serde_json::json!({"id": long}))
+            .await;
+        bodies.push(invalid.body.clone());
+        // A token naming a key id of 3 KB (under the credential's limit).
+        let claims = support::jwt::claims("mallory", |_| {});
+        let token = support::jwt::sign(
+            jsonwebtoken::Algorithm::RS256,
+            &"k".repeat(3000),
+            "rs256-test-key.pem",
+            &claims,
+        );
+        let forged = support::web::Http::new(addr)
+            .with_header("authorization", &format!("Bearer {token}"))
+            .rpc("GetTask", serde_json::json!({"id": "t"}))
+            .await;
+        bodies.push(forged.body.clone());
+        bodies
+    });
+    for body in &bodies {
+        let text = body.to_string();
+        assert!(
+            text.len() < 4096,
+            "an answer of {} bytes: {}",
+            text.len(),
+            &text[..300]
+        );
+    }
+    // The log lines these calls made, each short.
+    let mut seen = Vec::new();
+    for wanted in ["tenant not permitted", "authentication failed"] {
+        seen.push(support::wait_for_line(&log, wanted));
+    }
+    for line in &seen {
+        assert!(line.len() < 4096, "a log line of {} bytes", line.len());
+        assert!(!line.contains(&"k".repeat(1000)), "{}", &line[..300]);
+    }
+    // The lines are the ones these calls made: the tenant and the key id,
+    // each cut.
+    assert!(seen[0].contains(&"x".repeat(200)), "{}", seen[0]);
+    assert!(
+        seen[1].contains(&format!("unknown key \"{}", "k".repeat(200))),
+        "{}",
+        seen[1]
+    );
 }

@@ -383,12 +383,9 @@ impl<S> AuthFirst<S> {
 
 /// Whether a gRPC path is one of the A2A services'.
 fn is_a2a_call(path: &str) -> bool {
-    [
-        "/lf.a2a.v1.A2AService/",
-        "/a2a.v1.A2AService/",
-    ]
-    .iter()
-    .any(|service| path.starts_with(service))
+    ["/lf.a2a.v1.A2AService/", "/a2a.v1.A2AService/"]
+        .iter()
+        .any(|service| path.starts_with(service))
 }
 
 impl<S, B> tower::Service<http::Request<B>> for AuthFirst<S>
