@@ -846,6 +846,62 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
+    /// The writer's in-memory index of creating messages does not keep
+    /// purged tasks for ever: past as many stale hashes as live ones it is
+    /// read afresh, so it holds about the tasks kept, not all ever made.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn purged_tasks_leave_the_origin_index() {
+        let path = std::env::temp_dir()
+            .join("a2a-lifecycle-unit")
+            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        let task = |i: usize| {
+            let message = crate::proto::Message {
+                message_id: format!("m{i}"),
+                ..Default::default()
+            };
+            let mut record = crate::lifecycle::TaskRecord::submitted(
+                format!("t{i}"),
+                "c".into(),
+                message,
+                Timestamp {
+                    seconds: 1_000,
+                    nanos: 0,
+                },
+            );
+            record.task.status.as_mut().unwrap().state = TaskState::Completed as i32;
+            record
+        };
+        // Two merges' worth of creating messages (a merge takes at least
+        // ORIGIN_LOG_MIN).
+        let made = 3 * writer::ORIGIN_LOG_MIN;
+        for chunk in (0..made).collect::<Vec<_>>().chunks(500) {
+            let creates = chunk.iter().map(|&i| {
+                let store = store.clone();
+                async move { store.create("t", &task(i)).await.unwrap() }
+            });
+            futures_util::future::join_all(creates).await;
+        }
+        let before = store.writer.merged_hashes();
+        assert!(before >= 2 * writer::ORIGIN_LOG_MIN, "{before} merged");
+        let purged = store
+            .purge_terminal_before(&Timestamp {
+                seconds: 2_000,
+                nanos: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(purged, made as u64);
+        // The batch after the purge's finds the index read afresh.
+        store.create("t", &task(made)).await.unwrap();
+        let after = store.writer.merged_hashes();
+        assert!(
+            after < writer::ORIGIN_LOG_MIN,
+            "{after} hashes kept of {before}"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// Every hot-path read uses an index: it neither scans a table nor
     /// sorts, and a ListTasks page after a cursor seeks to it instead of
     /// walking the newer tasks. Checked by what SQLite counts while running

@@ -192,6 +192,12 @@ impl WriterHandle {
         }
     }
 
+    /// How many merged hashes the index holds.
+    #[cfg(test)]
+    pub fn merged_hashes(&self) -> usize {
+        read(&self.recent).merged.len()
+    }
+
     /// Resolves once the writer has stopped (every handle dropped) and the
     /// database may be opened again.
     pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -431,8 +437,11 @@ pub enum OriginLookup {
 /// of every pair merged into `origins` (read from the table at start, then
 /// added by each merge), so that a lookup of a new message, the common
 /// case, needs no query at all. About 16 bytes per merged task. A purge
-/// leaves its hashes behind: a later lookup of one reads `origins` and
-/// finds nothing, which is only a wasted read.
+/// leaves its hashes behind (a later lookup of one reads `origins` and
+/// finds nothing, which is only a wasted read) until they are as many as
+/// the live ones: then the set is read afresh from `origins`
+/// ([`Origins::settle`]), so it never holds more than about twice the
+/// tasks kept.
 #[derive(Default)]
 pub(super) struct OriginIndex {
     recent: Recent,
@@ -526,6 +535,28 @@ impl Origins {
         Ok(())
     }
 
+    /// Reads the merged hashes afresh from `origins`, dropping the purged
+    /// tasks' ones. Built beside the set and swapped in: lookups go on
+    /// meanwhile, and nothing else changes the set (merges run on this
+    /// thread).
+    fn rebuild_merged(&mut self, db: &rusqlite::Connection) -> rusqlite::Result<()> {
+        let hasher = read(&self.recent).hasher.clone();
+        let mut fresh = OriginIndex {
+            hasher,
+            ..Default::default()
+        };
+        let mut stmt = db.prepare("SELECT tenant, message_id FROM origins")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let tenant: Vec<u8> = row.get(0)?;
+            let message_id: Vec<u8> = row.get(1)?;
+            fresh.add_merged(&tenant, &message_id);
+        }
+        self.merged = fresh.merged.len();
+        write(&self.recent).merged = fresh.merged;
+        Ok(())
+    }
+
     /// After a rollback: forgets what the batch added, then reads the log
     /// back (a purge in the batch may have removed entries, now restored).
     fn rolled_back(&mut self, db: &rusqlite::Connection) {
@@ -587,6 +618,10 @@ impl Origins {
     fn settle(&mut self, db: &rusqlite::Connection) -> rusqlite::Result<()> {
         if self.stale {
             self.reload(db)?;
+        }
+        let hashes = read(&self.recent).merged.len();
+        if hashes > 2 * self.merged + ORIGIN_LOG_MIN {
+            self.rebuild_merged(db)?;
         }
         let logged: usize = read(&self.recent).recent.values().map(HashMap::len).sum();
         if logged < self.merge_at() {
