@@ -11,9 +11,9 @@ use crate::runtime::TaskManager;
 use crate::runtime::stream::CloseAt;
 use crate::store::{Caller, Cursor, status_key};
 
-/// Encoded tasks one ListTasks response may carry: the message limit, less
-/// room for the response's other fields.
-pub const MAX_PAGE_BYTES: usize = crate::proto::MAX_MESSAGE_BYTES - 64 * 1024;
+/// Encoded tasks one ListTasks response may carry (the stores stop a page
+/// at it).
+pub use crate::store::MAX_PAGE_BYTES;
 
 pub async fn get_task(
     manager: &TaskManager,

@@ -280,15 +280,18 @@ impl TaskStore for MemoryStore {
         let page_size = query.effective_page_size();
         let mut page: Vec<&OrderKey> = Vec::with_capacity(page_size.min(total_size));
         let mut next = None;
+        // Stopped at the byte budget before any record is decoded.
+        let mut bytes = 0usize;
         for key in tasks
             .order
             .range((start, Bound::Unbounded))
             .take_while(in_window)
         {
-            if matches(key).is_none() {
+            let Some(entry) = matches(key) else {
                 continue;
-            }
-            if page.len() == page_size {
+            };
+            bytes = bytes.saturating_add(entry.record.len());
+            if page.len() == page_size || (!page.is_empty() && bytes > super::MAX_PAGE_BYTES) {
                 let last = page.last().expect("page_size >= 1");
                 next = Some(Cursor {
                     status: last.0.0,

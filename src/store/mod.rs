@@ -130,22 +130,45 @@ pub struct TaskPage {
     pub total_size: usize,
 }
 
+/// Encoded task records one ListTasks page may carry: the message limit,
+/// less room for the response's other fields. A store stops a page at it
+/// ([`fitting`]) before reading the records past it: a principal with a
+/// hundred tasks of megabytes would otherwise make each list call read
+/// hundreds of megabytes, holding a reader every tenant shares.
+pub const MAX_PAGE_BYTES: usize = crate::proto::MAX_MESSAGE_BYTES - 64 * 1024;
+
+/// How many of a page's candidates (their records' encoded sizes, in list
+/// order, up to `page_size + 1`) the page takes, and whether more follow:
+/// as many as fit in [`MAX_PAGE_BYTES`], at least one (a task is at most
+/// `MAX_TASK_BYTES`, which fits), at most `page_size`.
+pub(crate) fn fitting(sizes: impl IntoIterator<Item = usize>, page_size: usize) -> (usize, bool) {
+    let mut bytes = 0usize;
+    let mut taken = 0;
+    for size in sizes {
+        bytes = bytes.saturating_add(size);
+        if taken == page_size || (taken > 0 && bytes > MAX_PAGE_BYTES) {
+            return (taken, true);
+        }
+        taken += 1;
+    }
+    (taken, false)
+}
+
 impl TaskPage {
-    /// A page from the SQL backends' rows: up to `page_size + 1` encoded
-    /// records in list order (the extra one says another page follows),
-    /// shown as `query` asks, and the count of all matches.
+    /// A page from the SQL backends' rows: the encoded records the page
+    /// takes ([`fitting`]) in list order, shown as `query` asks; `more`
+    /// when another page follows; and the count of all matches.
     pub(crate) fn from_rows<R: AsRef<[u8]>>(
         rows: &[R],
-        page_size: usize,
+        more: bool,
         query: &ListQuery,
         total_size: usize,
     ) -> Result<Self, StoreError> {
         let records = rows
             .iter()
-            .take(page_size)
             .map(|r| codec::decode(r.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        let next = match (rows.len() > page_size, records.last()) {
+        let next = match (more, records.last()) {
             (true, Some(last)) => Some(Cursor {
                 status: status_key(&last.task),
                 task_id: last.task.id.clone(),

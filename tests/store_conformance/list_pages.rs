@@ -57,6 +57,39 @@ pub async fn page_size_is_respected_and_last_page_has_no_next(store: Store) {
     assert_eq!(first.total_size, 9);
 }
 
+/// A page stops at the byte budget (`store::MAX_PAGE_BYTES`) whatever its
+/// `page_size`, with a cursor for the rest: big tasks come a few per page,
+/// and the walk still visits each once. A task bigger than the budget
+/// alone still makes a page of one.
+pub async fn a_page_stops_at_its_byte_budget(store: Store) {
+    use a2a_lifecycle::store::MAX_PAGE_BYTES;
+    // Each a bit over a third of the budget: two fit, three do not.
+    let big = |id: &str, i: i64| {
+        let mut r = record(id, "c", TaskState::Working, at(i));
+        r.task.metadata = None;
+        r.task.history[0].parts[0] =
+            super::helpers::text_part(&"x".repeat(MAX_PAGE_BYTES / 3 + 1000));
+        r
+    };
+    for i in 0..5 {
+        create(&store, T, &big(&format!("t{i}"), i)).await;
+    }
+    let q = ListQuery {
+        page_size: 100,
+        ..query()
+    };
+    let first = list(&store, T, &q).await;
+    assert_eq!(ids(&first.tasks), ["t4", "t3"]);
+    assert!(first.next.is_some(), "a next page follows the budget's end");
+    assert_eq!(first.total_size, 5);
+    let sizes: Vec<usize> = walk_pages(&store, T, q)
+        .await
+        .iter()
+        .map(Vec::len)
+        .collect();
+    assert_eq!(sizes, [2, 2, 1]);
+}
+
 /// Walking pages with cursors visits every matching task exactly once, in
 /// list order, also when ties on the timestamp straddle page boundaries and
 /// filters skip tasks.

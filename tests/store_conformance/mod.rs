@@ -113,6 +113,7 @@ macro_rules! store_conformance_tests {
             update_that_keeps_status_timestamp_keeps_list_position,
             // ListTasks pages, spec §3.1.4 (list_pages.rs)
             page_size_is_respected_and_last_page_has_no_next,
+            a_page_stops_at_its_byte_budget,
             walking_pages_visits_every_matching_task_exactly_once,
             tasks_created_between_pages_neither_skip_nor_repeat_originals,
             cursor_survives_an_update_of_its_own_task,

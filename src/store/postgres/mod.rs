@@ -464,6 +464,33 @@ impl Sql {
     }
 }
 
+/// The ListTasks page query: `select` (the columns, without `FROM`) of
+/// the tasks `query` matches after its cursor, newest status first, ties
+/// by id, at most `limit` (one more than a page tells whether another
+/// follows).
+fn page_query(select: &str, tenant: &str, query: &ListQuery, limit: usize) -> Sql {
+    let mut page = Sql::new(&format!("{select} FROM tasks"));
+    push_filters(&mut page, tenant, query);
+    if let Some(c) = &query.cursor {
+        // Strictly after the cursor in (time desc, id asc) order.
+        let (s, n) = c.status;
+        page.push(" AND ((status_seconds, status_nanos) < (")
+            .bind(s)
+            .push(", ")
+            .bind(n)
+            .push(") OR (status_seconds = ")
+            .bind(s)
+            .push(" AND status_nanos = ")
+            .bind(n)
+            .push(" AND id > ")
+            .bind(c.task_id.as_bytes().to_vec())
+            .push("))");
+    }
+    page.push(" ORDER BY status_seconds DESC, status_nanos DESC, id ASC LIMIT ")
+        .bind(limit as i64);
+    page
+}
+
 fn push_filters(sql: &mut Sql, tenant: &str, query: &ListQuery) {
     sql.push(" WHERE tenant = ")
         .bind(tenant.as_bytes().to_vec());
@@ -686,25 +713,6 @@ impl TaskStore for PostgresStore {
         let page_size = query.effective_page_size();
         let mut count = Sql::new("SELECT COUNT(*) FROM tasks");
         push_filters(&mut count, tenant, query);
-        let mut page = Sql::new("SELECT record FROM tasks");
-        push_filters(&mut page, tenant, query);
-        if let Some(c) = &query.cursor {
-            // Strictly after the cursor in (time desc, id asc) order.
-            let (s, n) = c.status;
-            page.push(" AND ((status_seconds, status_nanos) < (")
-                .bind(s)
-                .push(", ")
-                .bind(n)
-                .push(") OR (status_seconds = ")
-                .bind(s)
-                .push(" AND status_nanos = ")
-                .bind(n)
-                .push(" AND id > ")
-                .bind(c.task_id.as_bytes().to_vec())
-                .push("))");
-        }
-        page.push(" ORDER BY status_seconds DESC, status_nanos DESC, id ASC LIMIT ")
-            .bind(page_size as i64 + 1);
         let mut client = self.client().await?;
         // One snapshot for the count and the page.
         let tx = snapshot(&mut client).await?;
@@ -713,13 +721,26 @@ impl TaskStore for PostgresStore {
             .await
             .map_err(unavailable)?
             .get(0);
+        // The candidates' sizes first (`octet_length` of a stored value
+        // reads its header, not its TOAST), then only the records that
+        // fit.
+        let sizes = page_query("SELECT octet_length(record)", tenant, query, page_size + 1);
+        let sizes: Vec<i32> = tx
+            .query(&sizes.text, &sizes.params())
+            .await
+            .map_err(unavailable)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let (take, more) = crate::store::fitting(sizes.iter().map(|&n| n as usize), page_size);
+        let page = page_query("SELECT record", tenant, query, take);
         let rows = tx
             .query(&page.text, &page.params())
             .await
             .map_err(unavailable)?;
         tx.commit().await.map_err(unavailable)?;
         let rows: Vec<&[u8]> = rows.iter().map(|r| r.get(0)).collect();
-        TaskPage::from_rows(&rows, page_size, query, total as usize)
+        TaskPage::from_rows(&rows, more, query, total as usize)
     }
 
     async fn count_unfinished(&self) -> Result<Vec<(crate::proto::TaskState, u64)>, StoreError> {

@@ -452,9 +452,10 @@ fn push_filters(sql: &mut Sql, tenant: &str, query: &ListQuery) {
     }
 }
 
-/// The ListTasks page query after `select`: one page plus one row (to know
-/// whether another page follows), newest status first, ties by id.
-fn page_query(select: &str, tenant: &str, query: &ListQuery, page_size: usize) -> Sql {
+/// The ListTasks page query: `select` of the tasks `query` matches after
+/// its cursor, newest status first, ties by id, at most `limit` (one more
+/// than a page tells whether another follows).
+fn page_query(select: &str, tenant: &str, query: &ListQuery, limit: usize) -> Sql {
     let mut page = Sql::new(select);
     push_filters(&mut page, tenant, query);
     if let Some(c) = &query.cursor {
@@ -477,7 +478,7 @@ fn page_query(select: &str, tenant: &str, query: &ListQuery, page_size: usize) -
             .push("))))");
     }
     page.push(" ORDER BY status_seconds DESC, status_nanos DESC, id ASC LIMIT ")
-        .bind(page_size as i64 + 1);
+        .bind(limit as i64);
     page
 }
 
@@ -690,8 +691,17 @@ impl TaskStore for SqliteStore {
         let page_size = query.effective_page_size();
         let mut count = Sql::new("SELECT COUNT(*) FROM tasks");
         push_filters(&mut count, tenant, query);
-        let page = page_query("SELECT record FROM tasks", tenant, query, page_size);
-        let (total, rows) = self
+        // The candidates' sizes first (`length` of a blob reads its
+        // header, not its pages), then only the records that fit.
+        let sizes = page_query(
+            "SELECT length(record) FROM tasks",
+            tenant,
+            query,
+            page_size + 1,
+        );
+        let tenant = tenant.to_owned();
+        let query_for_page = query.clone();
+        let (total, rows, more) = self
             .read(move |conn| {
                 // One read transaction: the count and the page see the same
                 // snapshot.
@@ -702,6 +712,18 @@ impl TaskStore for SqliteStore {
                         s.query_row(rusqlite::params_from_iter(&count.values), |r| r.get(0))
                     })
                     .map_err(map_err)?;
+                let sizes = tx
+                    .prepare_cached(&sizes.text)
+                    .and_then(|mut s| {
+                        s.query_map(rusqlite::params_from_iter(&sizes.values), |r| {
+                            r.get::<_, i64>(0)
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                    })
+                    .map_err(map_err)?;
+                let (take, more) =
+                    crate::store::fitting(sizes.iter().map(|&n| n as usize), page_size);
+                let page = page_query("SELECT record FROM tasks", &tenant, &query_for_page, take);
                 let rows = tx
                     .prepare_cached(&page.text)
                     .and_then(|mut s| {
@@ -712,11 +734,11 @@ impl TaskStore for SqliteStore {
                     })
                     .map_err(map_err)?;
                 tx.commit().map_err(map_err)?;
-                Ok((total, rows))
+                Ok((total, rows, more))
             })
             .await?;
 
-        TaskPage::from_rows(&rows, page_size, query, total as usize)
+        TaskPage::from_rows(&rows, more, query, total as usize)
     }
 
     async fn count_unfinished(&self) -> Result<Vec<(TaskState, u64)>, StoreError> {
@@ -1008,7 +1030,7 @@ mod tests {
                         history: Default::default(),
                         include_artifacts: false,
                     };
-                    let page = page_query("SELECT record FROM tasks", "t", &query, 10);
+                    let page = page_query("SELECT record FROM tasks", "t", &query, 11);
                     let (rows, full_scan, sorts, steps) = run(&conn, &page.text, &page.values);
                     let case = format!(
                         "owner {owner:?}, context {context:?}, state {state:?}, cursor {cursor:?}"
@@ -1027,7 +1049,7 @@ mod tests {
             owner: Some("u".into()),
             ..ListQuery::default()
         };
-        let page = page_query("SELECT record FROM tasks", "t", &mine, 10);
+        let page = page_query("SELECT record FROM tasks", "t", &mine, 11);
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {}", page.text))
             .unwrap()
