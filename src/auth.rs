@@ -11,6 +11,8 @@
 //! api_key_sha256 = "4f8b42c22dd3729b519ba6f68d2da7cc5b2d606d05daed5ad5128cc03e6c6358"
 //! tenants = ["", "code-reviewer"]   # tenants it may use; "*" means all
 //! role = "user"                     # "user": its own tasks only; "admin": all tasks of its tenants
+//! max_open_tasks = 100              # optional: its tasks not yet ended, at once (all tenants)
+//! max_input_wait = "1h"             # optional: a task of its waiting for input longer fails
 //!
 //! [jwt]                             # optional: bearer JWTs from an identity provider
 //! issuer = "https://id.example.test"
@@ -18,6 +20,8 @@
 //! jwks_file = "jwks.json"           # local JSON Web Key Set (RS256, ES256); no network fetch
 //! tenants_claim = "tenants"         # array of tenant names, "*" for all
 //! admin_claim = "a2a_admin"         # boolean; true gives the admin role
+//! max_open_tasks = 20               # optional: the quotas of every JWT principal
+//! max_input_wait = "30m"
 //! ```
 //!
 //! - `api_key_sha256` may be a list while a key is rotated (both valid
@@ -110,6 +114,8 @@ pub struct Principal {
     pub name: String,
     pub tenants: Tenants,
     pub role: Role,
+    /// What the operator allows it (none by default).
+    pub quota: crate::store::Quota,
 }
 
 impl Principal {
@@ -179,6 +185,40 @@ struct PrincipalEntry {
     api_key_sha256: Option<Digests>,
     tenants: Vec<String>,
     role: Role,
+    max_open_tasks: Option<u32>,
+    max_input_wait: Option<String>,
+}
+
+/// A principal's quotas as the file writes them.
+struct QuotaEntry {
+    max_open_tasks: Option<u32>,
+    /// A duration: `"30m"`, `"1h"`.
+    max_input_wait: Option<String>,
+}
+
+impl QuotaEntry {
+    fn parse(self, whose: &str) -> Result<crate::store::Quota, String> {
+        if self.max_open_tasks == Some(0) {
+            return Err(format!("{whose}: max_open_tasks must be at least 1"));
+        }
+        let max_input_wait = self
+            .max_input_wait
+            .map(|text| {
+                humantime::parse_duration(&text)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        format!(
+                            "{whose}: max_input_wait {text:?} is not a duration (\"30m\", \"1h\")"
+                        )
+                    })
+            })
+            .transpose()?;
+        Ok(crate::store::Quota {
+            max_open_tasks: self.max_open_tasks,
+            max_input_wait,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -205,6 +245,8 @@ struct JwtEntry {
     jwks_file: PathBuf,
     tenants_claim: String,
     admin_claim: String,
+    max_open_tasks: Option<u32>,
+    max_input_wait: Option<String>,
 }
 
 struct KeyPrincipal {
@@ -218,6 +260,8 @@ struct JwtIssuer {
     keys: HashMap<String, (Algorithm, DecodingKey)>,
     tenants_claim: String,
     admin_claim: String,
+    /// Every JWT principal's.
+    quota: crate::store::Quota,
 }
 
 /// What one version of the auth file says.
@@ -340,10 +384,16 @@ impl Rules {
             if entry.name.is_empty() {
                 return Err("a principal has an empty name".into());
             }
+            let quota = QuotaEntry {
+                max_open_tasks: entry.max_open_tasks,
+                max_input_wait: entry.max_input_wait,
+            }
+            .parse(&format!("principal {:?}", entry.name))?;
             let principal = Principal {
                 name: entry.name,
                 tenants: Tenants::from_names(entry.tenants),
                 role: entry.role,
+                quota,
             };
             // One name, one principal: a certificate names exactly one.
             if named.contains_key(&principal.name) {
@@ -388,6 +438,31 @@ impl Authenticator {
     /// Whether bearer tokens may be JWTs (the file has `[jwt]`).
     pub fn accepts_jwt(&self) -> bool {
         self.rules().jwt.is_some()
+    }
+
+    /// The quota of the principal named `owner` (a task's owner): a file
+    /// principal's own, else (a JWT's `sub`) the `[jwt]` section's; none
+    /// for a name the file does not know.
+    pub fn quota_of(&self, owner: &str) -> crate::store::Quota {
+        let rules = self.rules();
+        match (rules.named.get(owner), &rules.jwt) {
+            (Some(principal), _) => principal.quota,
+            (None, Some(jwt)) if !owner.is_empty() => jwt.quota,
+            _ => crate::store::Quota::NONE,
+        }
+    }
+
+    /// The shortest `max_input_wait` of the file, if any sets one: how old
+    /// a waiting task must be before the sweep looks at it.
+    pub fn shortest_input_wait(&self) -> Option<std::time::Duration> {
+        let rules = self.rules();
+        rules
+            .named
+            .values()
+            .map(|p| p.quota)
+            .chain(rules.jwt.as_ref().map(|j| j.quota))
+            .filter_map(|q| q.max_input_wait)
+            .min()
     }
 
     /// Whether bearer credentials can authenticate at all (not mutual TLS
@@ -486,6 +561,7 @@ impl Authenticator {
                 name: name.to_owned(),
                 tenants: Tenants::All,
                 role: Role::User,
+                quota: crate::store::Quota::NONE,
             });
         }
         rules
@@ -614,6 +690,11 @@ impl JwtIssuer {
             keys,
             tenants_claim: entry.tenants_claim,
             admin_claim: entry.admin_claim,
+            quota: QuotaEntry {
+                max_open_tasks: entry.max_open_tasks,
+                max_input_wait: entry.max_input_wait,
+            }
+            .parse("[jwt]")?,
         })
     }
 
@@ -689,6 +770,7 @@ impl JwtIssuer {
                 name,
                 tenants,
                 role,
+                quota: self.quota,
             },
             exp,
         ))

@@ -248,7 +248,7 @@ pub async fn serve_manager_tls(
             manager.shutdown_token(),
         ));
     }
-    let auth_for_metrics = auth.clone();
+    let auth_shared = auth.clone();
     let api = A2aApi::new(manager.clone(), cards.clone())
         .with_auth(auth)
         .with_push(egress);
@@ -264,6 +264,9 @@ pub async fn serve_manager_tls(
     let serve_v0_3 = cards.serves_v0_3();
 
     tokio::spawn(manager.clone().run_maintenance());
+    if let Some(auth) = &auth_shared {
+        tokio::spawn(sweep_input_waits(manager.clone(), auth.clone()));
+    }
     tokio::spawn(manager.clone().follow_changes());
     let token = manager.shutdown_token();
     tokio::spawn(crate::operations::probe_store(
@@ -314,7 +317,7 @@ pub async fn serve_manager_tls(
     let mut http = cards.router().merge(http_router(
         health,
         metrics.as_ref(),
-        Access::Public(auth_for_metrics),
+        Access::Public(auth_shared),
     ));
     let api_for_grpc = api.clone();
     let json_bindings: Vec<Binding> = served.iter().filter(|b| *b != Binding::Grpc).collect();
@@ -469,4 +472,47 @@ pub fn reload(auth: Option<&Authenticator>, tls: Option<&connections::Tls>) -> b
         }
     }
     ok
+}
+
+/// How often the input-wait quota is swept, at most.
+const INPUT_WAIT_SWEEP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Until shutdown: fails the tasks that waited for input past their
+/// owner's `max_input_wait` (the auth file in force each time, so a reload
+/// applies), every quarter of the shortest limit set (at most each
+/// [`INPUT_WAIT_SWEEP`]), by one of the replicas sharing the store.
+async fn sweep_input_waits(manager: TaskManager, auth: Arc<crate::auth::Authenticator>) {
+    let shutdown = manager.shutdown_token();
+    loop {
+        let every = auth.shortest_input_wait().map_or(INPUT_WAIT_SWEEP, |w| {
+            (w / 4).clamp(std::time::Duration::from_secs(1), INPUT_WAIT_SWEEP)
+        });
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = shutdown.cancelled() => return,
+        }
+        let Some(shortest) = auth.shortest_input_wait() else {
+            continue;
+        };
+        match manager
+            .store()
+            .take_turn("input-waits", every.mul_f64(0.9))
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "input-wait sweep failed");
+                continue;
+            }
+        }
+        let expired = manager
+            .expire_input_waits(std::time::SystemTime::now(), shortest, |owner| {
+                auth.quota_of(owner).max_input_wait
+            })
+            .await;
+        if let Err(e) = expired {
+            tracing::warn!(error = %e, "input-wait sweep failed");
+        }
+    }
 }

@@ -60,6 +60,7 @@ fn api_keys_name_their_principal() {
             name: "ci-bot".into(),
             tenants: Tenants::Only(vec!["".into(), "code-reviewer".into()]),
             role: Role::User,
+            quota: Default::default(),
         }
     );
     assert!(bot.may_use("") && bot.may_use("code-reviewer") && !bot.may_use("deployer"));
@@ -127,6 +128,7 @@ fn jwts_from_the_key_set_name_their_subject() {
             name: "alice".into(),
             tenants: Tenants::Only(vec!["deployer".into()]),
             role: Role::User,
+            quota: Default::default(),
         }
     );
     let es = sign(

@@ -409,6 +409,18 @@ impl TaskStore for FailingWrites {
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
         self.inner.purge_terminal_before(before).await
     }
+
+    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+        self.inner.count_open_owned(owner, at_most).await
+    }
+
+    async fn waiting_before(
+        &self,
+        before: &Timestamp,
+        limit: usize,
+    ) -> Result<Vec<a2a_lifecycle::store::Waiting>, StoreError> {
+        self.inner.waiting_before(before, limit).await
+    }
 }
 
 /// A failed write is UNAVAILABLE to the client, ends open streams with

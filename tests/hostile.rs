@@ -220,3 +220,168 @@ fn what_a_caller_sends_reaches_logs_and_errors_cut_short() {
         seen[1]
     );
 }
+
+/// A principal's `max_open_tasks` (its auth file entry): a message that
+/// would open one more of its tasks is RESOURCE_EXHAUSTED (limit
+/// `MAX_OPEN_TASKS`) on every binding, another principal is not held
+/// back, and once one of its tasks ends it may start another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_opens_at_most_its_quota_of_tasks() {
+    let file = format!(
+        "[[principal]]\nname = \"bob\"\napi_key_sha256 = \"{}\"\ntenants = [\"code-reviewer\"]\nrole = \"user\"\nmax_open_tasks = 2\n\
+         [[principal]]\nname = \"alice\"\napi_key_sha256 = \"{}\"\ntenants = [\"code-reviewer\"]\nrole = \"user\"\n",
+        support::jwt::key_digest("bob-key"),
+        support::jwt::key_digest("alice-key"),
+    );
+    let auth = Arc::new(Authenticator::parse(&file, std::path::Path::new(".")).unwrap());
+    let manager = TaskManager::new(
+        Arc::new(MemoryStore::new()),
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let security = a2a_lifecycle::server::Security {
+        auth: Some(auth),
+        ..Default::default()
+    };
+    let server = TestServer::serve(manager, Default::default(), Default::default(), security).await;
+    let as_ = |key: &str| {
+        support::web::Http::new(server.addr).with_header("authorization", &format!("Bearer {key}"))
+    };
+    let (bob, alice) = (as_("bob-key"), as_("alice-key"));
+    // The code reviewer asks for input: each task stays open.
+    let review = || serde_json::json!({"message": support::web::message("review my change")});
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let answer = bob.rpc_at("/code-reviewer", "SendMessage", review()).await;
+        let task = &answer.result()["task"];
+        assert_eq!(
+            task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "{task}"
+        );
+        open.push(task["id"].as_str().unwrap().to_owned());
+    }
+    let refused = bob.rpc_at("/code-reviewer", "SendMessage", review()).await;
+    assert_eq!(
+        refused.error_info()["reason"],
+        "RESOURCE_EXHAUSTED",
+        "{:?}",
+        refused.body
+    );
+    assert_eq!(refused.error_info()["metadata"]["limit"], "MAX_OPEN_TASKS");
+    let over_rest = bob
+        .rest("POST", "/code-reviewer/message:send", Some(review()))
+        .await;
+    assert_eq!(over_rest.status, 429, "{:?}", over_rest.body);
+    // Alice is not held back by bob's quota.
+    let hers = alice
+        .rpc_at("/code-reviewer", "SendMessage", review())
+        .await;
+    assert_eq!(
+        hers.result()["task"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    // One of bob's ends: he may open another.
+    let canceled = bob
+        .rpc_at(
+            "/code-reviewer",
+            "CancelTask",
+            serde_json::json!({"id": open[0]}),
+        )
+        .await;
+    assert_eq!(canceled.result()["status"]["state"], "TASK_STATE_CANCELED");
+    let again = bob.rpc_at("/code-reviewer", "SendMessage", review()).await;
+    assert_eq!(
+        again.result()["task"]["status"]["state"],
+        "TASK_STATE_INPUT_REQUIRED"
+    );
+    server.stop().await;
+}
+
+/// A principal's `max_input_wait`: its tasks waiting for input longer
+/// fail (with a message saying why) when the sweep runs; a task of a
+/// principal without the limit, and one that has waited less, are left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_waiting_past_their_owners_limit_fail() {
+    use a2a_lifecycle::proto::TaskState;
+    use a2a_lifecycle::runtime::MessageRequest;
+    use a2a_lifecycle::store::{Caller, Quota};
+    let manager = TaskManager::new(
+        Arc::new(MemoryStore::new()),
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let hour = Duration::from_secs(3600);
+    let bob = Caller {
+        name: "bob".into(),
+        own_tasks_only: true,
+        quota: Quota {
+            max_input_wait: Some(hour),
+            ..Quota::NONE
+        },
+    };
+    let alice = Caller {
+        name: "alice".into(),
+        own_tasks_only: true,
+        ..Caller::ANONYMOUS
+    };
+    let review = || MessageRequest::from(support::user_message("review my change"));
+    let bobs = support::run_to_rest(&manager, "code-reviewer", &bob, review()).await;
+    let alices = support::run_to_rest(&manager, "code-reviewer", &alice, review()).await;
+    assert_eq!(support::state_of(&bobs), TaskState::InputRequired);
+    let wait_of = |owner: &str| (owner == "bob").then_some(hour);
+    let now = std::time::SystemTime::now();
+    // Not yet an hour.
+    let early = within(
+        "sweep",
+        manager.expire_input_waits(now + hour / 2, hour, wait_of),
+    )
+    .await
+    .unwrap();
+    assert_eq!(early, 0);
+    let late = within(
+        "sweep",
+        manager.expire_input_waits(now + 2 * hour, hour, wait_of),
+    )
+    .await
+    .unwrap();
+    assert_eq!(late, 1);
+    let history = a2a_lifecycle::lifecycle::HistoryLength::default();
+    let bobs = manager
+        .get_task("code-reviewer", &bob, &bobs.id, history)
+        .await
+        .unwrap();
+    assert_eq!(support::state_of(&bobs), TaskState::Failed);
+    let said = format!("{:?}", bobs.status.unwrap().message);
+    assert!(said.contains("max_input_wait"), "{said}");
+    let alices = manager
+        .get_task("code-reviewer", &alice, &alices.id, history)
+        .await
+        .unwrap();
+    assert_eq!(support::state_of(&alices), TaskState::InputRequired);
+}
+
+/// The auth file's quotas are checked when it loads: a zero task limit or
+/// a wait that is no duration is refused, with the principal named.
+#[test]
+fn quotas_that_make_no_sense_are_refused_at_load() {
+    let entry = |extra: &str| {
+        format!(
+            "[[principal]]\nname = \"bob\"\napi_key_sha256 = \"{}\"\ntenants = [\"*\"]\nrole = \"user\"\n{extra}\n",
+            support::jwt::key_digest("k")
+        )
+    };
+    let load = |text: String| Authenticator::parse(&text, std::path::Path::new("."));
+    let zero = load(entry("max_open_tasks = 0")).unwrap_err();
+    assert!(
+        zero.contains("bob") && zero.contains("max_open_tasks"),
+        "{zero}"
+    );
+    let vague = load(entry("max_input_wait = \"a while\"")).unwrap_err();
+    assert!(vague.contains("max_input_wait"), "{vague}");
+    let fine = load(entry("max_open_tasks = 3\nmax_input_wait = \"90m\"")).unwrap();
+    let quota = fine.quota_of("bob");
+    assert_eq!(quota.max_open_tasks, Some(3));
+    assert_eq!(quota.max_input_wait, Some(Duration::from_secs(5400)));
+    assert_eq!(fine.shortest_input_wait(), Some(Duration::from_secs(5400)));
+    assert_eq!(fine.quota_of("stranger"), Default::default());
+}

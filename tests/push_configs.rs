@@ -22,6 +22,7 @@ fn user(name: &str) -> Caller {
     Caller {
         name: name.into(),
         own_tasks_only: true,
+        ..Caller::ANONYMOUS
     }
 }
 
@@ -148,6 +149,7 @@ async fn configs_are_set_read_listed_and_deleted_and_survive_a_restart() {
     let admin = Caller {
         name: "root".into(),
         own_tasks_only: false,
+        ..Caller::ANONYMOUS
     };
     assert_eq!(
         manager

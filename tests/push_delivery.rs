@@ -922,3 +922,64 @@ async fn a_dead_webhook_does_not_delay_another() {
     );
     s.stop.cancel();
 }
+
+/// One principal's dead webhooks, under more host names than the slots
+/// allow (each host its own share), never take every delivery slot: another
+/// principal's notifications, queued after all of them, still arrive while
+/// those POSTs hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principals_dead_webhooks_do_not_starve_another() {
+    use a2a_lifecycle::push::deliver::{
+        MAX_IN_FLIGHT, MAX_IN_FLIGHT_PER_HOST, MAX_IN_FLIGHT_PER_PRINCIPAL,
+    };
+    // Enough dead hosts that their per-host slots cover every slot.
+    let hosts = MAX_IN_FLIGHT / MAX_IN_FLIGHT_PER_HOST + 2;
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let mut dead = Vec::new();
+    for _ in 0..hosts {
+        let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        dead.push(black_hole.local_addr().unwrap());
+        let counting = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((tcp, _)) = black_hole.accept().await {
+                counting.fetch_add(1, Ordering::SeqCst);
+                held.push(tcp);
+            }
+        });
+    }
+    let (port, mut received) = receiver(0).await;
+    let (s, dispatcher) = setup_stopped_with(Settings {
+        egress: loopback(),
+        timeout: std::time::Duration::from_secs(3600),
+        ..Settings::default()
+    });
+    let hog = Caller {
+        name: "hog".into(),
+        own_tasks_only: true,
+        ..Caller::ANONYMOUS
+    };
+    for i in 0..hosts * MAX_IN_FLIGHT_PER_HOST {
+        let mut request = MessageRequest::from(user_message("review my change"));
+        request.push_config = Some(TaskPushNotificationConfig {
+            url: format!("http://{}/hook", dead[i % hosts]),
+            ..Default::default()
+        });
+        support::run_to_rest(&s.manager, TENANT, &hog, request).await;
+    }
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    for expected in EXPECTED {
+        let r = within("the other principal's webhook", received.recv())
+            .await
+            .unwrap();
+        assert_eq!(describe(&r.event), expected);
+    }
+    let hanging = accepted.load(Ordering::SeqCst);
+    assert!(
+        (1..=MAX_IN_FLIGHT_PER_PRINCIPAL).contains(&hanging),
+        "{hanging} connections to the hog's dead hosts"
+    );
+    s.stop.cancel();
+}

@@ -103,6 +103,18 @@ impl TaskStore for Flaky {
     async fn purge_terminal_before(&self, b: &Timestamp) -> Result<u64, StoreError> {
         self.inner.purge_terminal_before(b).await
     }
+
+    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+        self.inner.count_open_owned(owner, at_most).await
+    }
+
+    async fn waiting_before(
+        &self,
+        before: &Timestamp,
+        limit: usize,
+    ) -> Result<Vec<a2a_lifecycle::store::Waiting>, StoreError> {
+        self.inner.waiting_before(before, limit).await
+    }
 }
 
 async fn flaky_server() -> (TestServer, Arc<Flaky>) {

@@ -302,6 +302,7 @@ mod migrations {
             "DROP TABLE quarantine;
              DROP INDEX tasks_by_owner;
              DROP INDEX tasks_by_owner_id;
+             DROP INDEX tasks_open_by_owner;
              DROP TABLE push_outbox;
              ALTER TABLE tasks DROP COLUMN owner;
              PRAGMA user_version = 0;
@@ -319,7 +320,7 @@ mod migrations {
         side.close().unwrap();
 
         // Re-running migration 1 would fail on the existing table: the
-        // database must open at version 3 and take 4 to 7.
+        // database must open at version 3 and take 4 to 8.
         let store = SqliteStore::open(&path).await.expect("opens");
         let kept = store.get("", "kept").await.unwrap().expect("task kept");
         assert_eq!(kept.record.task.id, "kept");
@@ -333,7 +334,7 @@ mod migrations {
         let version: i64 = side
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 7);
+        assert_eq!(version, 8);
         let quarantine: i64 = side
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'",

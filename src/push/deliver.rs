@@ -61,6 +61,15 @@ pub const MAX_IN_FLIGHT: usize = 512;
 /// POSTs in flight at once to one webhook host (`scheme://host:port`): a
 /// slow or dead host holds at most this many of [`MAX_IN_FLIGHT`].
 pub const MAX_IN_FLIGHT_PER_HOST: usize = 16;
+/// POSTs in flight at once for the tasks of one principal (tenant and
+/// owner): one whose webhooks are slow or dead, under however many host
+/// names, holds at most this many of [`MAX_IN_FLIGHT`], and the others'
+/// notifications go on.
+pub const MAX_IN_FLIGHT_PER_PRINCIPAL: usize = 64;
+/// Entries of one principal held while the backlog is full
+/// ([`MAX_LOADED`]): past it, that principal's newest entries are given
+/// up (counted as `shed`), so reading the outbox goes on for the others.
+pub const MAX_LOADED_PER_PRINCIPAL: usize = MAX_LOADED / 8;
 /// Down hosts remembered; past this, those back up are forgotten.
 const MAX_DOWN_HOSTS: usize = 100_000;
 /// How long an idle connection to a webhook is kept for the next POST.
@@ -131,6 +140,9 @@ enum Outcome {
 }
 
 type QueueKey = (String, String, String);
+
+/// Whose share a notification uses: the task's tenant and owner.
+type Principal = (String, String);
 
 fn queue_of(delivery: &Delivery) -> QueueKey {
     (
@@ -266,6 +278,14 @@ struct Schedule {
     in_flight: HashSet<QueueKey>,
     /// Queues whose head waits for a slot at its host.
     parked: HashMap<Arc<str>, VecDeque<QueueKey>>,
+    /// Each queue's principal.
+    principal_of: HashMap<QueueKey, Principal>,
+    /// Entries held per principal.
+    held: HashMap<Principal, usize>,
+    /// Attempts in flight per principal.
+    principal_in_flight: HashMap<Principal, usize>,
+    /// Queues whose head waits for a slot of its principal's.
+    principal_parked: HashMap<Principal, VecDeque<QueueKey>>,
 }
 
 impl Schedule {
@@ -279,6 +299,9 @@ impl Schedule {
         self.loaded += 1;
         self.loaded_bytes += delivery.event.len();
         let key = queue_of(&delivery);
+        let principal = (delivery.tenant.clone(), delivery.owner.clone());
+        *self.held.entry(principal.clone()).or_default() += 1;
+        self.principal_of.entry(key.clone()).or_insert(principal);
         let not_before = delivery.not_before_ms;
         let queue = self.queues.entry(key.clone()).or_default();
         queue.push_back(delivery);
@@ -309,43 +332,148 @@ impl Schedule {
         None
     }
 
-    /// The next head to attempt, while fewer than [`MAX_IN_FLIGHT`] are.
+    /// The next head to attempt, while fewer than [`MAX_IN_FLIGHT`] are
+    /// and its principal has fewer than [`MAX_IN_FLIGHT_PER_PRINCIPAL`]
+    /// (else the queue waits for one of them to end).
     fn next(&mut self) -> Option<Delivery> {
         while self.in_flight.len() < MAX_IN_FLIGHT {
             let key = self.ready.pop_front()?;
             let Some(head) = self.queues.get(&key).and_then(|q| q.front()) else {
                 continue;
             };
-            let head = head.clone();
-            if self.in_flight.insert(key) {
-                return Some(head);
+            if self.in_flight.contains(&key) {
+                continue;
             }
+            let head = head.clone();
+            let principal = self.principal_of.get(&key).cloned().unwrap_or_default();
+            let busy = self
+                .principal_in_flight
+                .entry(principal.clone())
+                .or_default();
+            if *busy >= MAX_IN_FLIGHT_PER_PRINCIPAL {
+                self.principal_parked
+                    .entry(principal)
+                    .or_default()
+                    .push_back(key);
+                continue;
+            }
+            *busy += 1;
+            self.in_flight.insert(key);
+            return Some(head);
         }
         None
     }
 
+    /// A principal's attempt ended: one of its waiting queues may go.
+    fn principal_freed(&mut self, key: &QueueKey) {
+        let Some(principal) = self.principal_of.get(key) else {
+            return;
+        };
+        if let Some(busy) = self.principal_in_flight.get_mut(principal) {
+            *busy -= 1;
+            if *busy == 0 {
+                self.principal_in_flight.remove(principal);
+            }
+        }
+        if let Some(waiting) = self.principal_parked.get_mut(principal) {
+            if let Some(next) = waiting.pop_front() {
+                self.ready.push_back(next);
+            }
+            if waiting.is_empty() {
+                self.principal_parked.remove(principal);
+            }
+        }
+    }
+
+    /// An entry leaves what is held.
+    fn release(&mut self, key: &QueueKey, delivery: &Delivery) {
+        self.loaded -= 1;
+        self.loaded_bytes -= delivery.event.len();
+        if let Some(principal) = self.principal_of.get(key)
+            && let Some(n) = self.held.get_mut(principal)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(principal);
+            }
+        }
+    }
+
+    /// While the backlog is full: gives up the newest entries of each
+    /// principal holding more than [`MAX_LOADED_PER_PRINCIPAL`] (a queue's
+    /// head only when it is not in flight), so that reading goes on for
+    /// the others. Returns what was given up, for the store to drop.
+    fn shed(&mut self) -> Vec<Delivery> {
+        if self.can_read() {
+            return Vec::new();
+        }
+        let over: HashSet<Principal> = self
+            .held
+            .iter()
+            .filter(|(_, n)| **n > MAX_LOADED_PER_PRINCIPAL)
+            .map(|(p, _)| p.clone())
+            .collect();
+        let mut shed = Vec::new();
+        if over.is_empty() {
+            return shed;
+        }
+        let keys: Vec<QueueKey> = self
+            .queues
+            .keys()
+            .filter(|k| self.principal_of.get(*k).is_some_and(|p| over.contains(p)))
+            .cloned()
+            .collect();
+        for key in keys {
+            let principal = self.principal_of[&key].clone();
+            let keep = usize::from(self.in_flight.contains(&key));
+            loop {
+                let held = self.held.get(&principal).copied().unwrap_or(0);
+                let Some(queue) = self.queues.get_mut(&key) else {
+                    break;
+                };
+                if held <= MAX_LOADED_PER_PRINCIPAL || queue.len() <= keep {
+                    break;
+                }
+                let Some(dropped) = queue.pop_back() else {
+                    break;
+                };
+                let emptied = queue.is_empty();
+                self.release(&key, &dropped);
+                shed.push(dropped);
+                if emptied {
+                    // Its keys elsewhere (ready, timers, parked) find no
+                    // queue and are passed over.
+                    self.queues.remove(&key);
+                    self.principal_of.remove(&key);
+                    break;
+                }
+            }
+        }
+        shed
+    }
+
     fn ended(&mut self, ended: Ended, hosts: &Mutex<Hosts>, now_ms: i64) {
         let Ended { key, done, freed } = ended;
-        self.in_flight.remove(&key);
+        if self.in_flight.remove(&key) {
+            self.principal_freed(&key);
+        }
         if let Some(host) = freed {
             self.unpark(&host, 1);
         }
         match done {
             Done::Finished => {
-                let Some(queue) = self.queues.get_mut(&key) else {
+                let Some(done) = self.queues.get_mut(&key).and_then(|q| q.pop_front()) else {
                     return;
                 };
-                if let Some(done) = queue.pop_front() {
-                    self.loaded -= 1;
-                    self.loaded_bytes -= done.event.len();
-                }
-                match queue.front() {
+                self.release(&key, &done);
+                match self.queues.get(&key).and_then(|q| q.front()) {
                     Some(next) => {
                         let not_before = next.not_before_ms;
                         self.at(key, not_before, now_ms);
                     }
                     None => {
                         self.queues.remove(&key);
+                        self.principal_of.remove(&key);
                     }
                 }
             }
@@ -509,6 +637,24 @@ impl Dispatcher {
                     }
                     Err(e) => tracing::warn!(error = %e, "push outbox unreadable; retrying"),
                 }
+            }
+            let shed = schedule.shed();
+            if !shed.is_empty() {
+                tracing::warn!(
+                    entries = shed.len(),
+                    "push backlog full: gave up the newest notifications of the principals over their share"
+                );
+                read = true;
+                let store = self.store.clone();
+                let settings = self.settings.clone();
+                attempts.spawn(async move {
+                    for delivery in shed {
+                        count(&settings, |m| m.ended("shed"));
+                        if let Err(e) = store.finish_delivery(delivery.seq).await {
+                            tracing::warn!(error = %e, "a shed push notification stays in the outbox");
+                        }
+                    }
+                });
             }
             let next_timer = schedule.wake(now_ms());
             while let Some(delivery) = schedule.next() {
@@ -1116,15 +1262,82 @@ mod tests {
     }
 
     fn entry(seq: u64, task: &str) -> Delivery {
+        owned_entry(seq, task, "u")
+    }
+
+    fn owned_entry(seq: u64, task: &str, owner: &str) -> Delivery {
         Delivery {
             seq,
             tenant: "t".into(),
             task_id: task.into(),
+            owner: owner.into(),
             config_id: "hook".into(),
             event: Vec::new(),
             attempts: 0,
             not_before_ms: 0,
         }
+    }
+
+    /// One principal's tasks hold at most their share of the slots; the
+    /// others' heads go past them, and its own go as its attempts end.
+    #[test]
+    fn a_principal_holds_at_most_its_share_of_the_slots() {
+        let hosts = Mutex::new(Hosts::default());
+        let mut schedule = Schedule::default();
+        let mut seq = 0;
+        for i in 0..MAX_IN_FLIGHT_PER_PRINCIPAL + 10 {
+            seq += 1;
+            schedule.add(owned_entry(seq, &format!("hog-{i}"), "hog"), 0);
+        }
+        seq += 1;
+        schedule.add(owned_entry(seq, "other", "other"), 0);
+        let mut started = Vec::new();
+        while let Some(d) = schedule.next() {
+            started.push(d);
+        }
+        let hog = started.iter().filter(|d| d.owner == "hog").count();
+        assert_eq!(hog, MAX_IN_FLIGHT_PER_PRINCIPAL);
+        assert!(started.iter().any(|d| d.owner == "other"), "the other went");
+        // One of the hog's ends: one more of its own goes.
+        let first = started.remove(0);
+        schedule.ended(ended(&first, Done::Finished), &hosts, 0);
+        let next = schedule.next().expect("the hog's next");
+        assert_eq!(next.owner, "hog");
+        assert!(schedule.next().is_none());
+    }
+
+    /// With the backlog full, a principal over its share gives up its
+    /// newest entries (never a head in flight) so reading can go on; one
+    /// within its share loses nothing.
+    #[test]
+    fn a_full_backlog_sheds_the_principals_over_their_share() {
+        let mut schedule = Schedule::default();
+        let mut seq = 0;
+        // The hog: one queue in flight and many of one entry each.
+        for i in 0..MAX_LOADED - 100 {
+            seq += 1;
+            schedule.add(owned_entry(seq, &format!("hog-{}", i % 1000), "hog"), 0);
+        }
+        for i in 0..100 {
+            seq += 1;
+            schedule.add(owned_entry(seq, &format!("small-{i}"), "small"), 0);
+        }
+        assert!(!schedule.can_read());
+        let in_flight: Vec<Delivery> = std::iter::from_fn(|| schedule.next()).collect();
+        let shed = schedule.shed();
+        assert!(shed.iter().all(|d| d.owner == "hog"), "only the hog's");
+        assert_eq!(
+            schedule.held[&("t".to_owned(), "hog".to_owned())],
+            MAX_LOADED_PER_PRINCIPAL
+        );
+        assert_eq!(schedule.held[&("t".to_owned(), "small".to_owned())], 100);
+        assert!(schedule.can_read(), "room to read again");
+        // Every head in flight is still there.
+        for d in &in_flight {
+            let queue = &schedule.queues[&queue_of(d)];
+            assert_eq!(queue.front().map(|h| h.seq), Some(d.seq));
+        }
+        assert_eq!(schedule.loaded, MAX_LOADED_PER_PRINCIPAL + 100);
     }
 
     fn ended(delivery: &Delivery, done: Done) -> Ended {

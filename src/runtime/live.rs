@@ -1346,8 +1346,20 @@ impl LiveTask {
         shared: &Arc<Shared>,
         message: &str,
     ) -> Result<bool, A2aError> {
+        self.fail_when(shared, message, |r| r.state().is_active())
+            .await
+    }
+
+    /// FAILS the task with `message` if, under its lock, `now_due` holds
+    /// of its record; whether it did.
+    pub(crate) async fn fail_when(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        message: &str,
+        now_due: impl FnOnce(&TaskRecord) -> bool,
+    ) -> Result<bool, A2aError> {
         let state = self.lock_loaded(shared).await?;
-        if !state.as_ref().expect("loaded").record.state().is_active() {
+        if !now_due(&state.as_ref().expect("loaded").record) {
             return Ok(false);
         }
         let event = super::server_status(TaskState::Failed, message);

@@ -75,6 +75,7 @@ pub mod live;
 pub mod sink;
 pub mod stream;
 
+mod quotas;
 mod run;
 
 use std::collections::HashMap;
@@ -587,6 +588,7 @@ impl TaskManager {
         history: HistoryLength,
         subscribe: bool,
     ) -> Result<SendOutcome, A2aError> {
+        self.check_open_tasks(caller).await?;
         let message_id = request.message.message_id.clone();
         let origin = origin_key(&caller.name, &message_id);
         loop {

@@ -514,6 +514,7 @@ fn caller(principal: Option<Principal>) -> Caller {
         Some(p) => Caller {
             own_tasks_only: p.role == Role::User,
             name: p.name,
+            quota: p.quota,
         },
     }
 }

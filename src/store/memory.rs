@@ -105,6 +105,7 @@ impl Outbox {
                     seq: self.next_seq,
                     tenant: tenant.to_owned(),
                     task_id: task.id.clone(),
+                    owner: task.owner.clone(),
                     config_id: entry.config_id.clone(),
                     event: entry.event.clone(),
                     attempts: 0,
@@ -343,6 +344,45 @@ impl TaskStore for MemoryStore {
             }
         }
         Ok(counts.into_iter().collect())
+    }
+
+    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        Ok(tenants
+            .values()
+            .flat_map(|t| t.by_id.values())
+            .filter(|e| {
+                !owner.is_empty()
+                    && &*e.owner == owner
+                    && state_from_i32(e.state).is_ok_and(|s| !s.is_terminal())
+            })
+            .take(at_most)
+            .count())
+    }
+
+    async fn waiting_before(
+        &self,
+        before: &Timestamp,
+        limit: usize,
+    ) -> Result<Vec<super::Waiting>, StoreError> {
+        let before = time_key(before);
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        let mut waiting: Vec<super::Waiting> = tenants
+            .iter()
+            .flat_map(|(tenant, t)| t.by_id.iter().map(move |(id, e)| (tenant, id, e)))
+            .filter(|(_, _, e)| {
+                e.status < before && state_from_i32(e.state).is_ok_and(|s| s.is_interrupted())
+            })
+            .map(|(tenant, id, e)| super::Waiting {
+                tenant: tenant.clone(),
+                task_id: id.to_string(),
+                owner: e.owner.to_string(),
+                since: e.status,
+            })
+            .collect();
+        waiting.sort_by_key(|w| w.since);
+        waiting.truncate(limit);
+        Ok(waiting)
     }
 
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {

@@ -54,6 +54,40 @@ pub struct Caller {
     /// A `user`: only its own tasks. An `admin`, and every caller of a
     /// server without authentication, sees all of the tenant's tasks.
     pub own_tasks_only: bool,
+    /// What the operator allows it (`--auth` file).
+    pub quota: Quota,
+}
+
+/// What an operator allows one principal (`max_open_tasks`,
+/// `max_input_wait` in the `--auth` file); nothing is limited by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Its tasks not yet ended (SUBMITTED, WORKING, INPUT_REQUIRED,
+    /// AUTH_REQUIRED) at once, in every tenant: a message that would
+    /// create one more is RESOURCE_EXHAUSTED.
+    pub max_open_tasks: Option<u32>,
+    /// How long one of its tasks may wait for input (INPUT_REQUIRED,
+    /// AUTH_REQUIRED); past it the task fails.
+    pub max_input_wait: Option<std::time::Duration>,
+}
+
+impl Quota {
+    /// Nothing limited.
+    pub const NONE: Quota = Quota {
+        max_open_tasks: None,
+        max_input_wait: None,
+    };
+}
+
+/// A task waiting for input, as the quota sweep reads it
+/// ([`TaskStore::waiting_before`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub tenant: String,
+    pub task_id: String,
+    pub owner: String,
+    /// Since when: its status timestamp.
+    pub since: TimeKey,
 }
 
 impl Caller {
@@ -61,6 +95,7 @@ impl Caller {
     pub const ANONYMOUS: Caller = Caller {
         name: String::new(),
         own_tasks_only: false,
+        quota: Quota::NONE,
     };
 
     /// The owner a read must be limited to, if any.
@@ -303,6 +338,9 @@ pub struct Delivery {
     pub seq: u64,
     pub tenant: String,
     pub task_id: String,
+    /// The principal that owns the task ("" for none): whose share of
+    /// delivery's slots and backlog the notification uses.
+    pub owner: String,
     pub config_id: String,
     pub event: Vec<u8>,
     /// Attempts made so far.
@@ -540,6 +578,20 @@ pub trait TaskStore: Send + Sync + 'static {
     /// returns how many were deleted (retention).
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError>;
 
+    /// How many tasks `owner` (not "") has that have not ended, in every
+    /// tenant, counting at most `at_most` (a quota's check need not count
+    /// further).
+    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError>;
+
+    /// Tasks waiting for input (INPUT_REQUIRED, AUTH_REQUIRED) since
+    /// before `before`, oldest first, at most `limit`: what the input-wait
+    /// quota looks at.
+    async fn waiting_before(
+        &self,
+        before: &Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Waiting>, StoreError>;
+
     /// Up to `limit` outbox entries with a `seq` above `after_seq`, in
     /// `seq` (commit) order, due or not: delivery reads the outbox once,
     /// from where it left off.
@@ -592,6 +644,13 @@ pub fn status_key(task: &Task) -> TimeKey {
 
 /// A timestamp as an ordered (seconds, nanos) pair.
 pub type TimeKey = (i64, i32);
+
+/// The SQL backends' condition for a task that has not ended: the same
+/// terms as their `tasks_open_by_owner` index's (migration 0008), which a
+/// query must repeat for the index to serve it.
+pub(crate) const OPEN_STATES_SQL: &str = "state IN (1, 2, 6, 8)";
+/// ... and for a task waiting for input.
+pub(crate) const WAITING_STATES_SQL: &str = "state IN (6, 8)";
 
 pub fn time_key(ts: &Timestamp) -> TimeKey {
     (ts.seconds, ts.nanos)

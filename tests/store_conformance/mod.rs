@@ -135,6 +135,8 @@ macro_rules! store_conformance_tests {
             get_owned_finds_only_the_owners_task,
             list_with_an_owner_sees_only_that_owners_tasks,
             idempotency_keys_are_per_owner,
+            open_tasks_are_counted_per_owner_across_tenants,
+            waiting_tasks_are_found_oldest_first,
             // push notification outbox (outbox.rs)
             outbox_entries_commit_with_their_write,
             active_tasks_lists_submitted_and_working_in_every_tenant,

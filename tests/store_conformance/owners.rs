@@ -149,3 +149,74 @@ pub async fn idempotency_keys_are_per_owner(store: Store) {
         })
     );
 }
+
+/// The open-task quota's count: an owner's tasks not yet ended, in every
+/// tenant, counted up to the bound asked for; another owner's, ended ones
+/// and unowned ones are not counted.
+pub async fn open_tasks_are_counted_per_owner_across_tenants(store: Store) {
+    let mut n = 0;
+    let mut add = |tenant: &'static str, owner: &'static str, state: TaskState| {
+        n += 1;
+        let r = record(&format!("t{n}"), "ctx", state, at(n)).owned_by(owner);
+        (tenant, r)
+    };
+    let tasks = [
+        add(T, "bob", TaskState::Submitted),
+        add(T, "bob", TaskState::Working),
+        add("other", "bob", TaskState::InputRequired),
+        add("other", "bob", TaskState::AuthRequired),
+        add(T, "bob", TaskState::Completed),
+        add(T, "bob", TaskState::Failed),
+        add(T, "alice", TaskState::Working),
+        add(T, "", TaskState::Working),
+    ];
+    for (tenant, r) in &tasks {
+        create(&store, tenant, r).await;
+    }
+    assert_eq!(store.count_open_owned("bob", 100).await.unwrap(), 4);
+    assert_eq!(
+        store.count_open_owned("bob", 3).await.unwrap(),
+        3,
+        "at most"
+    );
+    assert_eq!(store.count_open_owned("alice", 100).await.unwrap(), 1);
+    assert_eq!(store.count_open_owned("carol", 100).await.unwrap(), 0);
+    assert_eq!(store.count_open_owned("", 100).await.unwrap(), 0, "unowned");
+}
+
+/// The input-wait sweep's read: tasks waiting for input (INPUT_REQUIRED,
+/// AUTH_REQUIRED) since before a time, in every tenant, oldest first, at
+/// most the limit asked for, with their owner.
+pub async fn waiting_tasks_are_found_oldest_first(store: Store) {
+    let tasks = [
+        (T, "w1", "bob", TaskState::InputRequired, 30),
+        ("other", "w2", "alice", TaskState::AuthRequired, 10),
+        (T, "w3", "bob", TaskState::InputRequired, 50),
+        (T, "busy", "bob", TaskState::Working, 5),
+        (T, "done", "bob", TaskState::Completed, 5),
+        (T, "late", "bob", TaskState::InputRequired, 500),
+    ];
+    for (tenant, id, owner, state, secs) in tasks {
+        create(
+            &store,
+            tenant,
+            &record(id, "ctx", state, at(secs)).owned_by(owner),
+        )
+        .await;
+    }
+    let found = store.waiting_before(&at(100), 10).await.unwrap();
+    let seen: Vec<(&str, &str, &str)> = found
+        .iter()
+        .map(|w| (w.tenant.as_str(), w.task_id.as_str(), w.owner.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("other", "w2", "alice"), (T, "w1", "bob"), (T, "w3", "bob")]
+    );
+    assert_eq!(found[0].since, (at(10).seconds, at(10).nanos));
+    assert_eq!(store.waiting_before(&at(100), 1).await.unwrap().len(), 1);
+    assert!(
+        store.waiting_before(&at(10), 10).await.unwrap().is_empty(),
+        "strictly before"
+    );
+}

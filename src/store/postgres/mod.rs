@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0005_task_watchers.sql"),
     include_str!("../../../migrations/postgres/0006_quarantine.sql"),
     include_str!("../../../migrations/postgres/0007_run_claims.sql"),
+    include_str!("../../../migrations/postgres/0008_open_tasks_by_owner.sql"),
 ];
 
 /// How long each write's events are kept for other replicas' subscribers
@@ -874,6 +875,54 @@ impl TaskStore for PostgresStore {
         }))
     }
 
+    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+        // The empty name owns nothing.
+        if owner.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 AND {} LIMIT $2) open",
+            crate::store::OPEN_STATES_SQL
+        );
+        let client = self.client().await?;
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        let row = client
+            .query_one(&sql, &[&owner.as_bytes(), &at_most])
+            .await
+            .map_err(unavailable)?;
+        Ok(row.get::<_, i64>(0) as usize)
+    }
+
+    async fn waiting_before(
+        &self,
+        before: &Timestamp,
+        limit: usize,
+    ) -> Result<Vec<crate::store::Waiting>, StoreError> {
+        let (s, n) = time_key(before);
+        let sql = format!(
+            "SELECT tenant, id, owner, status_seconds, status_nanos FROM tasks \
+             WHERE {} AND (status_seconds, status_nanos) < ($1, $2) \
+             ORDER BY status_seconds, status_nanos LIMIT $3",
+            crate::store::WAITING_STATES_SQL
+        );
+        let client = self.client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = client
+            .query(&sql, &[&s, &n, &limit])
+            .await
+            .map_err(unavailable)?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(crate::store::Waiting {
+                    tenant: text(r.get(0))?,
+                    task_id: text(r.get(1))?,
+                    owner: text(r.get(2))?,
+                    since: (r.get(3), r.get(4)),
+                })
+            })
+            .collect()
+    }
+
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
         let (s, n) = time_key(before);
         // A purged task's idempotency claim goes with it; so do the claims
@@ -910,8 +959,12 @@ impl TaskStore for PostgresStore {
         let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
         let rows = client
             .query(
-                "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
-                 FROM push_outbox WHERE seq > $1 ORDER BY seq LIMIT $2",
+                // The task's owner from its row (by primary key); "" once
+                // purged.
+                "SELECT o.seq, o.tenant, o.task_id, o.config_id, o.event, o.attempts, \
+                 o.not_before, t.owner FROM push_outbox o \
+                 LEFT JOIN tasks t ON t.tenant = o.tenant AND t.id = o.task_id \
+                 WHERE o.seq > $1 ORDER BY o.seq LIMIT $2",
                 &[&after, &(limit as i64)],
             )
             .await
@@ -922,6 +975,7 @@ impl TaskStore for PostgresStore {
                     seq: r.get::<_, i64>(0) as u64,
                     tenant: text(r.get(1))?,
                     task_id: text(r.get(2))?,
+                    owner: text(r.get::<_, Option<Vec<u8>>>(7).unwrap_or_default())?,
                     config_id: text(r.get(3))?,
                     event: r.get(4),
                     attempts: r.get::<_, i32>(5) as u32,

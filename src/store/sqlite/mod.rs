@@ -58,6 +58,9 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!(
         "../../../migrations/sqlite/0007_outbox_read_in_order.sql"
     )),
+    M::up(include_str!(
+        "../../../migrations/sqlite/0008_open_tasks_by_owner.sql"
+    )),
 ];
 
 /// How long a statement waits for another connection's write lock before
@@ -93,8 +96,11 @@ const GET: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = 
 const GET_OWNED: &str = "SELECT record, version FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
 /// The outbox in commit order, from a point on (by the primary key).
-const OUTBOX: &str = "SELECT seq, tenant, task_id, config_id, event, attempts, not_before \
-     FROM push_outbox WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+/// The task's owner comes from its row (by primary key); "" once purged.
+const OUTBOX: &str = "SELECT o.seq, o.tenant, o.task_id, o.config_id, o.event, o.attempts, \
+     o.not_before, t.owner FROM push_outbox o \
+     LEFT JOIN tasks t ON t.tenant = o.tenant AND t.id = o.task_id \
+     WHERE o.seq > ?1 ORDER BY o.seq LIMIT ?2";
 /// [`GET_OWNED`] without the record: answered from the index alone.
 const OWNS: &str = "SELECT 1 FROM tasks INDEXED BY tasks_by_owner_id \
      WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
@@ -517,6 +523,7 @@ impl SqliteStore {
                         seq: r.get::<_, i64>(0)? as u64,
                         tenant: text(r.get(1)?),
                         task_id: text(r.get(2)?),
+                        owner: text(r.get::<_, Option<Vec<u8>>>(7)?.unwrap_or_default()),
                         config_id: text(r.get(3)?),
                         event: r.get(4)?,
                         attempts: r.get::<_, i64>(5)? as u32,
@@ -786,6 +793,61 @@ impl TaskStore for SqliteStore {
             }
         }
         Ok(active)
+    }
+
+    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+        // The empty name owns nothing.
+        if owner.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM tasks INDEXED BY tasks_open_by_owner \
+             WHERE owner = ?1 AND {} LIMIT ?2)",
+            crate::store::OPEN_STATES_SQL
+        );
+        let owner = owner.as_bytes().to_vec();
+        let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            conn.prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_row(rusqlite::params![owner, at_most], |r| r.get::<_, i64>(0))
+                })
+                .map(|n| n as usize)
+                .map_err(map_err)
+        })
+        .await
+    }
+
+    async fn waiting_before(
+        &self,
+        before: &Timestamp,
+        limit: usize,
+    ) -> Result<Vec<crate::store::Waiting>, StoreError> {
+        let (s, n) = time_key(before);
+        let sql = format!(
+            "SELECT tenant, id, owner, status_seconds, status_nanos FROM tasks \
+             WHERE {} AND (status_seconds < ?1 OR (status_seconds = ?1 AND status_nanos < ?2)) \
+             ORDER BY status_seconds, status_nanos LIMIT ?3",
+            crate::store::WAITING_STATES_SQL
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+            conn.prepare_cached(&sql)
+                .and_then(|mut st| {
+                    st.query_map(rusqlite::params![s, n, limit], |r| {
+                        Ok(crate::store::Waiting {
+                            tenant: text(r.get(0)?),
+                            task_id: text(r.get(1)?),
+                            owner: text(r.get(2)?),
+                            since: (r.get(3)?, r.get(4)?),
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(map_err)
+        })
+        .await
     }
 
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
