@@ -115,6 +115,8 @@ pub struct A2aApi {
     /// Push notifications are delivered, webhooks allowed by this policy;
     /// `None`: the push operations answer PUSH_NOTIFICATION_NOT_SUPPORTED.
     push: Option<Arc<crate::push::egress::Egress>>,
+    /// ListTasks calls in progress per principal ([`tasks::Lists`]).
+    lists: Arc<tasks::Lists>,
 }
 
 impl A2aApi {
@@ -124,6 +126,7 @@ impl A2aApi {
             cards,
             auth: None,
             push: None,
+            lists: Default::default(),
         }
     }
 
@@ -325,6 +328,7 @@ impl A2aApi {
             call,
             Box::pin(async {
                 let caller = self.check(call, &request.tenant, "", false).await?;
+                let _turn = self.lists.turn(&caller).await;
                 tasks::list_tasks(&self.manager, &caller, request).await
             }),
         )

@@ -27,6 +27,47 @@ pub async fn get_task(
         .await
 }
 
+/// ListTasks calls one principal may have in progress at once; the next
+/// waits its turn. A page is up to [`MAX_PAGE_BYTES`] to read and encode:
+/// a principal listing huge tasks in many loops would otherwise take every
+/// core, and the other principals' calls would wait behind it.
+pub const MAX_LISTS_PER_PRINCIPAL: usize = 1;
+
+/// The ListTasks turns of each principal that has a call in progress.
+#[derive(Default)]
+pub struct Lists {
+    turns:
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
+}
+
+/// A principal's turn at ListTasks, given back when dropped.
+pub struct ListTurn {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Lists {
+    /// Waits for `caller`'s turn. Callers without a name (a server without
+    /// authentication) are not told apart, and not held back.
+    pub async fn turn(&self, caller: &Caller) -> ListTurn {
+        if caller.name.is_empty() {
+            return ListTurn { _permit: None };
+        }
+        let turns = {
+            let mut map = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+            // Principals with no call in progress are forgotten.
+            map.retain(|_, s| std::sync::Arc::strong_count(s) > 1);
+            map.entry(caller.name.clone())
+                .or_insert_with(|| {
+                    std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_LISTS_PER_PRINCIPAL))
+                })
+                .clone()
+        };
+        ListTurn {
+            _permit: turns.acquire_owned().await.ok(),
+        }
+    }
+}
+
 pub async fn list_tasks(
     manager: &TaskManager,
     caller: &Caller,
