@@ -71,6 +71,22 @@ async fn rpc(
     response.json().await.ok()
 }
 
+/// A hostile client's call: the answer is read and dropped, unparsed (an
+/// attacker need not parse what it asked for, and this process's CPU is
+/// the server's too).
+async fn call(http: &reqwest::Client, addr: SocketAddr, method: &str, params: Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    if let Ok(response) = http
+        .post(format!("http://{addr}/"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+    {
+        response.bytes().await.ok();
+    }
+}
+
 fn message(text: &str) -> Value {
     json!({"messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]})
 }
@@ -180,7 +196,7 @@ async fn hostile(addr: SocketAddr, dead: Vec<SocketAddr>, per_peer: usize, stop:
         tasks.spawn(async move {
             let http = client("127.0.0.6", "hog-key");
             while !stop.load(Ordering::Relaxed) {
-                let _ = rpc(
+                call(
                     &http,
                     addr,
                     "ListTasks",
@@ -204,7 +220,7 @@ async fn hostile(addr: SocketAddr, dead: Vec<SocketAddr>, per_peer: usize, stop:
                     "message": message("run the tests"),
                     "configuration": {"returnImmediately": true, "taskPushNotificationConfig": hook}
                 });
-                let _ = rpc(&http, addr, "SendMessage", params).await;
+                call(&http, addr, "SendMessage", params).await;
             }
         });
     }
@@ -214,18 +230,22 @@ async fn hostile(addr: SocketAddr, dead: Vec<SocketAddr>, per_peer: usize, stop:
         tasks.spawn(async move {
             let http = client("127.0.0.5", "not-a-key");
             while !stop.load(Ordering::Relaxed) {
-                let _ = rpc(&http, addr, "GetTask", json!({"id": "x"})).await;
+                call(&http, addr, "GetTask", json!({"id": "x"})).await;
             }
         });
     }
     while tasks.join_next().await.is_some() {}
 }
 
-// Measured on this project's 2-core machine (debug build): p99 7-8 ms
+// Measured on this project's 2-core machine. Debug build: p99 7-8 ms
 // alone, 32-56 ms beside every hostile client (the huge listings alone:
 // 22 ms with one ListTasks turn per principal, 336 ms before it; silent
-// connections 11 ms; dead webhooks 10 ms). The 3x target is not met yet:
-// the CPU one principal's calls take is bounded for ListTasks only.
+// connections 11 ms; dead webhooks 10 ms). Release build: about 1 ms
+// alone, 23-38 ms beside all, the listings alone 14-28 ms (26 before the
+// memory store stopped decoding under its lock), silent connections 5 ms,
+// dead webhooks 3.8 ms, stalled bodies and bad credentials none. The 3x
+// target is not met yet: a page of huge tasks is milliseconds of CPU to
+// write, and only ListTasks' concurrency is bounded per principal.
 #[ignore = "the 3x p99 target is not met yet (see above); run with --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn well_behaved_clients_keep_their_service_beside_hostile_ones() {

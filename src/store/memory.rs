@@ -302,9 +302,17 @@ impl TaskStore for MemoryStore {
             }
             page.push(key);
         }
-        let mut views = Vec::with_capacity(page.len());
-        for key in page {
-            let record = codec::decode(&tasks.by_id[&key.1].record)?;
+        // The records are shared: taken out, and decoded once the lock is
+        // given back, so writers do not wait while a page of big tasks is
+        // decoded and copied.
+        let records: Vec<Arc<[u8]>> = page
+            .into_iter()
+            .map(|key| tasks.by_id[&key.1].record.clone())
+            .collect();
+        drop(tenants);
+        let mut views = Vec::with_capacity(records.len());
+        for bytes in records {
+            let record = codec::decode(&bytes)?;
             views.push(task_view(
                 &record.task,
                 query.history,
