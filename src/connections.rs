@@ -200,15 +200,24 @@ where
             let slot = match open.take(peer, max, per_peer) {
                 Ok(slot) => slot,
                 Err(Full::Server) => {
-                    tracing::warn!(max_connections = max, "connection refused: at the cap");
+                    if let Some(refused) = open.refusals.log_now(tokio::time::Instant::now()) {
+                        tracing::warn!(
+                            max_connections = max,
+                            refused,
+                            "connections refused: at the cap"
+                        );
+                    }
                     return None;
                 }
                 Err(Full::Peer) => {
-                    tracing::warn!(
-                        peer = ?peer,
-                        max_connections_per_peer = per_peer,
-                        "connection refused: its peer is at its cap"
-                    );
+                    if let Some(refused) = open.refusals.log_now(tokio::time::Instant::now()) {
+                        tracing::warn!(
+                            peer = ?peer,
+                            max_connections_per_peer = per_peer,
+                            refused,
+                            "connections refused: a peer at its cap (the last one named)"
+                        );
+                    }
                     return None;
                 }
             };
@@ -278,11 +287,39 @@ impl Connected for UnvectoredTcp {
 /// The connections open, in all and per peer.
 #[derive(Default)]
 struct Open {
+    /// Refusals, logged at most once per [`REFUSALS_LOGGED_EVERY`].
+    refusals: Refusals,
     all: AtomicUsize,
     /// Peers with a connection open, and how many; an entry leaves with
     /// its peer's last connection, so the map holds at most the server's
     /// cap of entries.
     by_peer: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+/// How often refused connections are logged at most: a client opening
+/// connections in a loop past its cap must not write a log line each.
+pub const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(1);
+
+/// Refused connections since the last log line, and when that was.
+#[derive(Default)]
+struct Refusals {
+    since_logged: AtomicU64,
+    last_logged: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Refusals {
+    /// Counts a refusal; `Some(n)` when it is time to log the `n` refused
+    /// since the last line (this one included).
+    fn log_now(&self, now: tokio::time::Instant) -> Option<u64> {
+        let refused = self.since_logged.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut last = self.last_logged.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| now.duration_since(at) < REFUSALS_LOGGED_EVERY) {
+            return None;
+        }
+        *last = Some(now);
+        self.since_logged.fetch_sub(refused, Ordering::AcqRel);
+        Some(refused)
+    }
 }
 
 /// Which cap refused a connection.
@@ -1000,6 +1037,32 @@ impl http_body::Body for CountedBody {
 
 #[cfg(test)]
 mod tests {
+
+    /// A loop of refused connections writes a log line a second, saying
+    /// how many were refused since the last.
+    #[test]
+    fn refusals_are_logged_at_most_once_a_second() {
+        let refusals = Refusals::default();
+        let start = tokio::time::Instant::now();
+        assert_eq!(refusals.log_now(start), Some(1));
+        for i in 1..1000 {
+            let now = start + Duration::from_micros(i);
+            assert_eq!(refusals.log_now(now), None);
+        }
+        let later = start + REFUSALS_LOGGED_EVERY;
+        assert_eq!(refusals.log_now(later), Some(1000));
+        assert_eq!(refusals.log_now(later), None);
+    }
+
+    #[test]
+    fn an_ipv6_peer_is_its_64() {
+        let key = |s: &str| peer_key(s.parse().unwrap()).to_string();
+        assert_eq!(key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2:ffff:ffff:ffff:ffff"), "2001:db8:1:2::");
+        assert_eq!(key("::ffff:10.1.2.3"), "10.1.2.3");
+        assert_eq!(key("192.0.2.7"), "192.0.2.7");
+    }
+
     use super::*;
 
     /// The subject's first common name, else the first DNS name; a
