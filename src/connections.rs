@@ -283,17 +283,53 @@ impl Connected for UnvectoredTcp {
     }
 }
 
-/// Frees a connection's place under the cap when it closes.
+/// What peers ([`peer_key`]) hold, counted per peer: each holding is
+/// given back when its [`PeerHeld`] drops, and a peer leaves the table with
+/// its last, so the table holds no more peers than holdings.
+#[derive(Default, Clone)]
+pub struct PerPeer(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
+
+impl PerPeer {
+    /// One more holding for `peer`, unless it holds `max` already.
+    pub fn enter(&self, peer: std::net::IpAddr, max: usize) -> Option<PeerHeld> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held.get(&peer).copied().unwrap_or(0);
+        if count >= max {
+            return None;
+        }
+        held.insert(peer, count + 1);
+        Some(PeerHeld {
+            table: self.clone(),
+            peer,
+        })
+    }
+}
+
+/// A peer's holding in a [`PerPeer`], given back when dropped.
+pub struct PeerHeld {
+    table: PerPeer,
+    peer: std::net::IpAddr,
+}
+
+impl Drop for PeerHeld {
+    fn drop(&mut self) {
+        let mut held = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let std::collections::hash_map::Entry::Occupied(mut count) = held.entry(self.peer) {
+            *count.get_mut() -= 1;
+            if *count.get() == 0 {
+                count.remove();
+            }
+        }
+    }
+}
+
 /// The connections open, in all and per peer.
 #[derive(Default)]
 struct Open {
     /// Refusals, logged at most once per [`REFUSALS_LOGGED_EVERY`].
     refusals: Refusals,
     all: AtomicUsize,
-    /// Peers with a connection open, and how many; an entry leaves with
-    /// its peer's last connection, so the map holds at most the server's
-    /// cap of entries.
-    by_peer: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    by_peer: PerPeer,
 }
 
 /// How often refused connections are logged at most: a client opening
@@ -339,19 +375,17 @@ impl Open {
             self.all.fetch_sub(1, Ordering::AcqRel);
             return Err(Full::Server);
         }
-        if let Some(peer) = peer {
-            let mut by_peer = self.by_peer.lock().unwrap_or_else(|e| e.into_inner());
-            let count = by_peer.entry(peer).or_insert(0);
-            if *count >= per_peer {
-                drop(by_peer);
+        let held = match peer.map(|peer| self.by_peer.enter(peer, per_peer)) {
+            Some(None) => {
                 self.all.fetch_sub(1, Ordering::AcqRel);
                 return Err(Full::Peer);
             }
-            *count += 1;
-        }
+            Some(held) => held,
+            None => None,
+        };
         Ok(Slot {
             open: self.clone(),
-            peer,
+            _peer: held,
         })
     }
 }
@@ -359,20 +393,11 @@ impl Open {
 /// A connection's place under the caps, given back when it closes.
 struct Slot {
     open: Arc<Open>,
-    peer: Option<std::net::IpAddr>,
+    _peer: Option<PeerHeld>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(peer) = self.peer {
-            let mut by_peer = self.open.by_peer.lock().unwrap_or_else(|e| e.into_inner());
-            if let std::collections::hash_map::Entry::Occupied(mut count) = by_peer.entry(peer) {
-                *count.get_mut() -= 1;
-                if *count.get() == 0 {
-                    count.remove();
-                }
-            }
-        }
         self.open.all.fetch_sub(1, Ordering::AcqRel);
     }
 }

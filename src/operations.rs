@@ -325,7 +325,7 @@ pub const MAX_WATCHES_PER_PEER: usize = 8;
 #[derive(Clone)]
 pub struct BoundedWatches<S> {
     inner: S,
-    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    open: crate::connections::PerPeer,
     max: usize,
 }
 
@@ -343,28 +343,10 @@ impl<S: tonic::server::NamedService> tonic::server::NamedService for BoundedWatc
     const NAME: &'static str = S::NAME;
 }
 
-/// One peer's Watch stream, counted until its response ends.
-struct Watching {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
-    peer: std::net::IpAddr,
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.peer) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.peer);
-            }
-        }
-    }
-}
-
-/// A response body holding its Watch's place.
+/// A response body holding its Watch's place, until the stream ends.
 struct WatchBody {
     inner: tonic::body::Body,
-    _watching: Watching,
+    _watching: crate::connections::PeerHeld,
 }
 
 impl http_body::Body for WatchBody {
@@ -413,10 +395,7 @@ where
             .map(|a| crate::connections::peer_key(a.ip()));
         let watching = match peer {
             Some(peer) if request.uri().path().ends_with("/Watch") => {
-                let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-                let n = open.entry(peer).or_insert(0);
-                if *n >= self.max {
-                    drop(open);
+                let Some(held) = self.open.enter(peer, self.max) else {
                     tracing::warn!(
                         ?peer,
                         max = self.max,
@@ -427,12 +406,8 @@ where
                         self.max
                     ));
                     return Box::pin(async move { Ok(status.into_http()) });
-                }
-                *n += 1;
-                Some(Watching {
-                    open: self.open.clone(),
-                    peer,
-                })
+                };
+                Some(held)
             }
             _ => None,
         };

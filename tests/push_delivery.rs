@@ -873,17 +873,11 @@ async fn notifications_survive_sigkill_while_the_webhook_is_down() {
     }
 }
 
-/// One dead webhook never delays another's deliveries: more queues than
-/// POSTs may be in flight name a host that accepts connections and never answers
-/// (with a timeout longer than the test), and a healthy webhook's
-/// notifications, queued after all of them, still arrive while those
-/// POSTs hang.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_webhook_does_not_delay_another() {
-    use a2a_lifecycle::push::deliver::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_PER_HOST};
+/// A webhook host that accepts connections and never answers; each
+/// connection it takes is counted in `accepted`.
+async fn dead_host(accepted: &Arc<AtomicUsize>) -> std::net::SocketAddr {
     let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dead = black_hole.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
     let counting = accepted.clone();
     tokio::spawn(async move {
         let mut held = Vec::new();
@@ -892,6 +886,39 @@ async fn a_dead_webhook_does_not_delay_another() {
             held.push(tcp);
         }
     });
+    dead
+}
+
+/// With dead webhooks queued first, a healthy webhook (at `port`, the
+/// receiver's) on a task made after them gets every event while their
+/// POSTs hang: the dispatcher starts here.
+async fn healthy_webhook_gets_every_event(
+    s: &Setup,
+    dispatcher: Dispatcher,
+    port: u16,
+    received: &mut mpsc::UnboundedReceiver<Received>,
+) {
+    let task = task_with_hook(&s.manager, port, "hook").await;
+    finish(&s.manager, &task).await;
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    for expected in EXPECTED {
+        let r = within("the healthy webhook", received.recv())
+            .await
+            .unwrap();
+        assert_eq!(describe(&r.event), expected);
+    }
+}
+
+/// One dead webhook never delays another's deliveries: more queues than
+/// POSTs may be in flight name a host that accepts connections and never answers
+/// (with a timeout longer than the test), and a healthy webhook's
+/// notifications, queued after all of them, still arrive while those
+/// POSTs hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_webhook_does_not_delay_another() {
+    use a2a_lifecycle::push::deliver::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_PER_HOST};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let dead = dead_host(&accepted).await;
     let (port, mut received) = receiver(0).await;
     let (s, dispatcher) = setup_stopped_with(Settings {
         egress: loopback(),
@@ -906,15 +933,7 @@ async fn a_dead_webhook_does_not_delay_another() {
         });
         support::run_to_rest(&s.manager, TENANT, &Caller::ANONYMOUS, request).await;
     }
-    let task = task_with_hook(&s.manager, port, "hook").await;
-    finish(&s.manager, &task).await;
-    tokio::spawn(dispatcher.run(s.stop.clone()));
-    for expected in EXPECTED {
-        let r = within("the healthy webhook", received.recv())
-            .await
-            .unwrap();
-        assert_eq!(describe(&r.event), expected);
-    }
+    healthy_webhook_gets_every_event(&s, dispatcher, port, &mut received).await;
     let hanging = accepted.load(Ordering::SeqCst);
     assert!(
         (1..=MAX_IN_FLIGHT_PER_HOST).contains(&hanging),
@@ -937,16 +956,7 @@ async fn one_principals_dead_webhooks_do_not_starve_another() {
     let accepted = Arc::new(AtomicUsize::new(0));
     let mut dead = Vec::new();
     for _ in 0..hosts {
-        let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        dead.push(black_hole.local_addr().unwrap());
-        let counting = accepted.clone();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((tcp, _)) = black_hole.accept().await {
-                counting.fetch_add(1, Ordering::SeqCst);
-                held.push(tcp);
-            }
-        });
+        dead.push(dead_host(&accepted).await);
     }
     let (port, mut received) = receiver(0).await;
     let (s, dispatcher) = setup_stopped_with(Settings {
@@ -967,15 +977,7 @@ async fn one_principals_dead_webhooks_do_not_starve_another() {
         });
         support::run_to_rest(&s.manager, TENANT, &hog, request).await;
     }
-    let task = task_with_hook(&s.manager, port, "hook").await;
-    finish(&s.manager, &task).await;
-    tokio::spawn(dispatcher.run(s.stop.clone()));
-    for expected in EXPECTED {
-        let r = within("the other principal's webhook", received.recv())
-            .await
-            .unwrap();
-        assert_eq!(describe(&r.event), expected);
-    }
+    healthy_webhook_gets_every_event(&s, dispatcher, port, &mut received).await;
     let hanging = accepted.load(Ordering::SeqCst);
     assert!(
         (1..=MAX_IN_FLIGHT_PER_PRINCIPAL).contains(&hanging),
