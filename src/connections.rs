@@ -107,6 +107,9 @@ pub struct ConnectionLimits {
     pub shutdown_grace: Duration,
     pub idle_timeout: Duration,
     pub sse_keepalive: Duration,
+    /// Bytes of answers one caller is sent per second
+    /// ([`READ_BYTES_PER_SECOND`]; 0: unpaced).
+    pub read_bytes_per_second: u64,
 }
 
 impl Default for ConnectionLimits {
@@ -122,6 +125,7 @@ impl Default for ConnectionLimits {
             shutdown_grace: SHUTDOWN_GRACE,
             idle_timeout: IDLE_TIMEOUT,
             sse_keepalive: SSE_KEEPALIVE,
+            read_bytes_per_second: READ_BYTES_PER_SECOND,
         }
     }
 }
@@ -173,8 +177,9 @@ pub fn raise_descriptor_limit(max_connections: usize) {
 
 /// Accepted connections under the caps: one past the server's cap, or
 /// past its peer's ([`ConnectionLimits::max_connections_per_peer`]), is
-/// closed at once (the client sees the connection end; the log says which
-/// cap), and those being served are unaffected.
+/// closed unread after [`REFUSED_HELD_FOR`] (the client sees the
+/// connection end; the log says which cap), and those being served are
+/// unaffected.
 pub fn bounded<S>(
     accepted: S,
     limits: &ConnectionLimits,
@@ -207,6 +212,7 @@ where
                             "connections refused: at the cap"
                         );
                     }
+                    open.hold_refused(stream);
                     return None;
                 }
                 Err(Full::Peer) => {
@@ -218,6 +224,7 @@ where
                             "connections refused: a peer at its cap (the last one named)"
                         );
                     }
+                    open.hold_refused(stream);
                     return None;
                 }
             };
@@ -330,7 +337,25 @@ struct Open {
     refusals: Refusals,
     all: AtomicUsize,
     by_peer: PerPeer,
+    /// Refused connections held ([`REFUSED_HELD_FOR`]).
+    held: Arc<AtomicUsize>,
 }
+
+/// Bytes of answers one caller (a principal, or an address) may be sent
+/// per second, by default, paced by the service (`--read-bytes-per-second`;
+/// 0 turns pacing off): thousands of reads a
+/// second of a typical task (kilobytes), two or three of the largest
+/// (`MAX_TASK_BYTES`, 3 MiB).
+pub const READ_BYTES_PER_SECOND: u64 = 8 << 20;
+
+/// How long a refused connection is held, unread, before it is closed: a
+/// client that connects again the moment it is closed (a loop past its
+/// cap) makes one attempt per hold instead of thousands a second, each an
+/// accept, a close and its own connect on the machine's cores.
+pub const REFUSED_HELD_FOR: Duration = Duration::from_secs(1);
+/// Refused connections held at once ([`REFUSED_HELD_FOR`]); past it one is
+/// closed at once, so holding costs at most this many descriptors.
+pub const MAX_REFUSED_HELD: usize = 256;
 
 /// How often refused connections are logged at most: a client opening
 /// connections in a loop past its cap must not write a log line each.
@@ -365,6 +390,21 @@ enum Full {
 }
 
 impl Open {
+    /// Closes a refused connection after [`REFUSED_HELD_FOR`], or at once
+    /// when [`MAX_REFUSED_HELD`] are held already.
+    fn hold_refused(&self, stream: TcpStream) {
+        if self.held.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSED_HELD {
+            self.held.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let held = self.held.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(REFUSED_HELD_FOR).await;
+            drop(stream);
+            held.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
     fn take(
         self: &Arc<Self>,
         peer: Option<std::net::IpAddr>,

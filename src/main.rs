@@ -102,6 +102,11 @@ struct ConnectionArgs {
     /// before a keep-alive comment line is sent.
     #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
     sse_keepalive: Duration,
+    /// Bytes of answers (tasks, pages, events) one caller (a principal, or
+    /// an address without --auth) is sent per second, after a burst of two
+    /// seconds' worth; past it its next call waits. 0: no pacing.
+    #[arg(long, default_value_t = a2a_lifecycle::service::pacing::READ_BYTES_PER_SECOND)]
+    read_bytes_per_second: u64,
 }
 
 impl ConnectionArgs {
@@ -117,6 +122,7 @@ impl ConnectionArgs {
             shutdown_grace: self.shutdown_grace,
             idle_timeout: self.idle_timeout,
             sse_keepalive: self.sse_keepalive,
+            read_bytes_per_second: self.read_bytes_per_second,
         }
     }
 }

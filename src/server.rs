@@ -251,7 +251,8 @@ pub async fn serve_manager_tls(
     let auth_shared = auth.clone();
     let api = A2aApi::new(manager.clone(), cards.clone())
         .with_auth(auth)
-        .with_push(egress);
+        .with_push(egress)
+        .with_read_pacing(limits.read_bytes_per_second);
     let a2a = A2aServiceServer::new(A2aGrpc::new(api.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

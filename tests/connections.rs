@@ -492,6 +492,48 @@ async fn one_address_cannot_hold_every_connection() {
     stop(server).await;
 }
 
+/// A client that connects again the moment its refused connection closes
+/// (a loop past its cap) is held to one attempt per
+/// [`REFUSED_HELD_FOR`]: the refused connection ends, unserved, only
+/// after it, so the loop cannot make the server accept and close
+/// thousands of connections a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reconnecting_past_its_cap_is_slowed_to_one_attempt_per_hold() {
+    use a2a_lifecycle::connections::REFUSED_HELD_FOR;
+    let server = start(ConnectionLimits {
+        max_connections: 100,
+        max_connections_per_peer: 1,
+        handshake_timeout: Duration::from_secs(3600),
+        idle_timeout: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
+    let mut held = connect_from("127.0.0.1", server.addr).await;
+    assert!(card_over(&mut held).await.contains("200"));
+    let start = std::time::Instant::now();
+    let mut attempts = 0;
+    while start.elapsed() < REFUSED_HELD_FOR * 2 {
+        let mut refused = connect_from("127.0.0.1", server.addr).await;
+        refused.write_all(CARD_REQUEST).await.ok();
+        let answered = closed_by_server(&mut refused).await;
+        assert!(
+            answered.is_empty(),
+            "served past the cap: {}",
+            String::from_utf8_lossy(&answered)
+        );
+        attempts += 1;
+    }
+    // Two holds' time: two or three attempts (unheld: thousands).
+    assert!(
+        attempts <= 3,
+        "{attempts} refused connections in {:?}",
+        start.elapsed()
+    );
+    // The held connection is served meanwhile.
+    assert!(card_over(&mut held).await.contains("200"));
+    stop(server).await;
+}
+
 /// A request whose body stalls once its headers arrived is ended at the
 /// body deadline, over HTTP/1.1 and HTTP/2 alike; a whole request is
 /// served as before.

@@ -385,3 +385,83 @@ fn quotas_that_make_no_sense_are_refused_at_load() {
     assert_eq!(fine.shortest_input_wait(), Some(Duration::from_secs(5400)));
     assert_eq!(fine.quota_of("stranger"), Default::default());
 }
+
+/// A principal reading its huge tasks again and again is paced to its
+/// budget of bytes a second (`--read-bytes-per-second`), on every binding,
+/// while another principal's reads go on unpaced: without it, each read
+/// of a task of megabytes is milliseconds of a core, and a loop of them
+/// takes the core from everyone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_reading_huge_tasks_is_paced_and_others_are_not() {
+    let file = format!(
+        "[[principal]]\nname = \"hog\"\napi_key_sha256 = \"{}\"\ntenants = [\"*\"]\nrole = \"user\"\n\
+         [[principal]]\nname = \"alice\"\napi_key_sha256 = \"{}\"\ntenants = [\"*\"]\nrole = \"user\"\n",
+        support::jwt::key_digest("hog-key"),
+        support::jwt::key_digest("alice-key"),
+    );
+    let auth = Arc::new(Authenticator::parse(&file, std::path::Path::new(".")).unwrap());
+    let manager = TaskManager::new(
+        Arc::new(MemoryStore::new()),
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let security = a2a_lifecycle::server::Security {
+        auth: Some(auth),
+        ..Default::default()
+    };
+    // Half a MiB a second: a 1 MiB task is two seconds of budget, the
+    // burst (`pacing::READ_BURST`) two seconds.
+    let limits = ConnectionLimits {
+        read_bytes_per_second: 512 << 10,
+        ..Default::default()
+    };
+    let server = TestServer::serve(manager, Default::default(), limits, security).await;
+    let as_ = |key: &str| {
+        support::web::Http::new(server.addr).with_header("authorization", &format!("Bearer {key}"))
+    };
+    let (hog, alice) = (as_("hog-key"), as_("alice-key"));
+    let big = "x".repeat(1 << 20);
+    let sent = hog
+        .rpc(
+            "SendMessage",
+            serde_json::json!({"message": support::web::message(&big)}),
+        )
+        .await;
+    let huge = sent.result()["task"]["id"].as_str().unwrap().to_owned();
+    let sent = alice
+        .rpc(
+            "SendMessage",
+            serde_json::json!({"message": support::web::message("run the tests")}),
+        )
+        .await;
+    let small = sent.result()["task"]["id"].as_str().unwrap().to_owned();
+    // The hog's reads go through until its burst is spent, then wait.
+    let mut unpaced = 0;
+    loop {
+        let start = std::time::Instant::now();
+        let got = hog.rpc("GetTask", serde_json::json!({"id": huge})).await;
+        assert_eq!(got.result()["id"], huge.as_str());
+        if start.elapsed() >= Duration::from_secs(1) {
+            break;
+        }
+        unpaced += 1;
+        assert!(unpaced < 20, "{unpaced} reads of a 1 MiB task, none paced");
+    }
+    // The hog's next read, over HTTP+JSON, waits for its budget; alice's
+    // reads, over JSON-RPC and HTTP+JSON, are answered meanwhile.
+    let path = format!("/tasks/{huge}");
+    let waiting = tokio::spawn(async move { hog.rest("GET", &path, None).await });
+    for _ in 0..3 {
+        let got = alice.rpc("GetTask", serde_json::json!({"id": small})).await;
+        assert_eq!(got.result()["id"], small.as_str());
+        let got = alice.rest("GET", &format!("/tasks/{small}"), None).await;
+        assert_eq!(got.body["id"], small.as_str(), "{:?}", got.body);
+    }
+    assert!(
+        !waiting.is_finished(),
+        "the hog's read was not paced behind its budget"
+    );
+    let got = within("the hog's paced read", waiting).await.unwrap();
+    assert_eq!(got.body["id"], huge.as_str());
+    server.stop().await;
+}

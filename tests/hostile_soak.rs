@@ -6,7 +6,7 @@
 //! well-behaved clients must see no error in either run, and their p99
 //! beside the hostile clients must stay within 3x of their p99 alone.
 //!
-//! Each run lasts `A2A_HOSTILE_SOAK_SECS` seconds (default 4).
+//! Each run lasts `A2A_HOSTILE_SOAK_SECS` seconds (default 8).
 
 mod support;
 
@@ -29,7 +29,7 @@ fn seconds() -> Duration {
     let secs = std::env::var("A2A_HOSTILE_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(8);
     Duration::from_secs(secs)
 }
 
@@ -237,16 +237,14 @@ async fn hostile(addr: SocketAddr, dead: Vec<SocketAddr>, per_peer: usize, stop:
     while tasks.join_next().await.is_some() {}
 }
 
-// Measured on this project's 2-core machine. Debug build: p99 7-8 ms
-// alone, 32-56 ms beside every hostile client (the huge listings alone:
-// 22 ms with one ListTasks turn per principal, 336 ms before it; silent
-// connections 11 ms; dead webhooks 10 ms). Release build: about 1 ms
-// alone, 23-38 ms beside all, the listings alone 14-28 ms (26 before the
-// memory store stopped decoding under its lock), silent connections 5 ms,
-// dead webhooks 3.8 ms, stalled bodies and bad credentials none. The 3x
-// target is not met yet: a page of huge tasks is milliseconds of CPU to
-// write, and only ListTasks' concurrency is bounded per principal.
-#[ignore = "the 3x p99 target is not met yet (see above); run with --ignored"]
+// Measured on this project's 2-core machine, 8 s runs. Release build:
+// p99 1.2-1.4 ms alone, 1.7-2.5 ms beside every hostile client (1.4-1.9x).
+// Debug build (dependencies optimized, Cargo.toml): 3.4-4.2 ms alone,
+// 6.7-8.3 ms beside (1.8-2.5x). Before the answers' byte budget (`service::pacing`), the
+// refused connections' hold and the memory store's order per owner:
+// release 1 ms alone, 23-38 ms beside (the huge listings 14-28 ms, silent
+// connections reconnecting in a loop 5 ms, a principal listing among its
+// thousands of small tasks 21 ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn well_behaved_clients_keep_their_service_beside_hostile_ones() {
     let file = format!(
@@ -319,7 +317,9 @@ async fn well_behaved_clients_keep_their_service_beside_hostile_ones() {
         errors.is_empty(),
         "errors beside hostile clients: {errors:?}"
     );
+    let calls = (alone.len(), beside.len());
     let (alone, beside) = (p99(&mut alone), p99(&mut beside));
+    eprintln!("calls: alone {}, beside {}", calls.0, calls.1);
     eprintln!("well-behaved p99: alone {alone:?}, beside hostile clients {beside:?}");
     assert!(
         beside <= alone * 3,

@@ -25,6 +25,7 @@
 pub mod grpc;
 pub mod http_json;
 pub mod jsonrpc;
+pub mod pacing;
 pub mod push;
 pub mod send;
 pub mod sse;
@@ -115,8 +116,10 @@ pub struct A2aApi {
     /// Push notifications are delivered, webhooks allowed by this policy;
     /// `None`: the push operations answer PUSH_NOTIFICATION_NOT_SUPPORTED.
     push: Option<Arc<crate::push::egress::Egress>>,
-    /// ListTasks calls in progress per principal ([`tasks::Lists`]).
+    /// ListTasks calls in progress per caller ([`tasks::Lists`]).
     lists: Arc<tasks::Lists>,
+    /// The bytes each caller is sent per second ([`pacing`]).
+    pacing: Arc<pacing::Pacing>,
 }
 
 impl A2aApi {
@@ -127,7 +130,52 @@ impl A2aApi {
             auth: None,
             push: None,
             lists: Default::default(),
+            pacing: Default::default(),
         }
+    }
+
+    /// Paces each caller to `bytes_per_second` of answers (0: off;
+    /// [`pacing`]).
+    pub fn with_read_pacing(mut self, bytes_per_second: u64) -> Self {
+        self.pacing = Arc::new(pacing::Pacing::new(bytes_per_second));
+        self
+    }
+
+    /// Who `call` is, for [`pacing`] and [`tasks::Lists`]: its principal,
+    /// or without authentication its address.
+    fn reader(call: &CallContext, caller: &Caller) -> pacing::Reader {
+        if !caller.name.is_empty() {
+            pacing::Reader::Principal(caller.name.clone())
+        } else if let Some(peer) = call.peer {
+            pacing::Reader::Peer(crate::connections::peer_key(peer.ip()))
+        } else {
+            pacing::Reader::Unknown
+        }
+    }
+
+    /// Runs a unary `operation` for `reader` within its budget, and charges
+    /// it its answer.
+    async fn paced<T: prost::Message>(
+        &self,
+        reader: &pacing::Reader,
+        operation: impl Future<Output = Result<T, A2aError>>,
+    ) -> Result<T, A2aError> {
+        self.pacing.wait(reader).await;
+        let answer = operation.await?;
+        self.pacing.charge(reader, answer.encoded_len());
+        Ok(answer)
+    }
+
+    /// Charges `reader` each event of `stream` as it is sent (the stream
+    /// began once its caller was within its budget).
+    fn charged(&self, reader: pacing::Reader, stream: EventStream) -> EventStream {
+        use futures_util::StreamExt;
+        let pacing = self.pacing.clone();
+        Box::pin(stream.inspect(move |event| {
+            if let Ok(event) = event {
+                pacing.charge(&reader, prost::Message::encoded_len(event));
+            }
+        }))
     }
 
     /// Serves the push notification config operations, webhooks allowed
@@ -276,7 +324,9 @@ impl A2aApi {
             Box::pin(async {
                 let caller = self.check_send(call, &request, false).await?;
                 let push = self.push.as_deref();
-                send::send_message(&self.manager, &caller, push, call, request).await
+                let reader = Self::reader(call, &caller);
+                let send = send::send_message(&self.manager, &caller, push, call, request);
+                self.paced(&reader, send).await
             }),
         )
         .await
@@ -294,7 +344,12 @@ impl A2aApi {
             Box::pin(async {
                 let caller = self.check_send(call, &request, true).await?;
                 let push = self.push.as_deref();
-                send::send_streaming_message(&self.manager, &caller, push, call, request).await
+                let reader = Self::reader(call, &caller);
+                self.pacing.wait(&reader).await;
+                let stream =
+                    send::send_streaming_message(&self.manager, &caller, push, call, request)
+                        .await?;
+                Ok(self.charged(reader, stream))
             }),
         )
         .await
@@ -312,7 +367,9 @@ impl A2aApi {
                 let caller = self
                     .check(call, &request.tenant, &request.id, false)
                     .await?;
-                tasks::get_task(&self.manager, &caller, request).await
+                let reader = Self::reader(call, &caller);
+                self.paced(&reader, tasks::get_task(&self.manager, &caller, request))
+                    .await
             }),
         )
         .await
@@ -328,8 +385,12 @@ impl A2aApi {
             call,
             Box::pin(async {
                 let caller = self.check(call, &request.tenant, "", false).await?;
-                let _turn = self.lists.turn(&caller).await;
-                tasks::list_tasks(&self.manager, &caller, request).await
+                let reader = Self::reader(call, &caller);
+                let _turn = self.lists.turn(&reader).await;
+                self.pacing.wait(&reader).await;
+                let page = tasks::list_tasks(&self.manager, &caller, request).await?;
+                self.pacing.charge(&reader, pacing::list_cost(&page));
+                Ok(page)
             }),
         )
         .await
@@ -347,7 +408,9 @@ impl A2aApi {
                 let caller = self
                     .check(call, &request.tenant, &request.id, false)
                     .await?;
-                tasks::cancel_task(&self.manager, &caller, request).await
+                let reader = Self::reader(call, &caller);
+                self.paced(&reader, tasks::cancel_task(&self.manager, &caller, request))
+                    .await
             }),
         )
         .await
@@ -363,7 +426,10 @@ impl A2aApi {
             call,
             Box::pin(async {
                 let caller = self.check(call, &request.tenant, &request.id, true).await?;
-                tasks::subscribe_to_task(&self.manager, &caller, request).await
+                let reader = Self::reader(call, &caller);
+                self.pacing.wait(&reader).await;
+                let stream = tasks::subscribe_to_task(&self.manager, &caller, request).await?;
+                Ok(self.charged(reader, stream))
             }),
         )
         .await

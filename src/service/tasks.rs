@@ -1,6 +1,7 @@
 //! GetTask (spec §3.1.3), ListTasks (§3.1.4), CancelTask (§3.1.5) and
 //! SubscribeToTask (§3.1.6).
 
+use super::pacing::Reader;
 use super::{EventStream, validate};
 use crate::error::A2aError;
 use crate::proto::{
@@ -27,17 +28,17 @@ pub async fn get_task(
         .await
 }
 
-/// ListTasks calls one principal may have in progress at once; the next
-/// waits its turn. A page is up to [`MAX_PAGE_BYTES`] to read and encode:
+/// ListTasks calls one caller (a principal, or an address without
+/// authentication) may have in progress at once; the next waits its turn. A page is up to [`MAX_PAGE_BYTES`] to read and encode:
 /// a principal listing huge tasks in many loops would otherwise take every
 /// core, and the other principals' calls would wait behind it.
 pub const MAX_LISTS_PER_PRINCIPAL: usize = 1;
 
-/// The ListTasks turns of each principal that has a call in progress.
+/// The ListTasks turns of each caller that has a call in progress.
 #[derive(Default)]
 pub struct Lists {
     turns:
-        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
+        std::sync::Mutex<std::collections::HashMap<Reader, std::sync::Arc<tokio::sync::Semaphore>>>,
 }
 
 /// A principal's turn at ListTasks, given back when dropped.
@@ -46,17 +47,18 @@ pub struct ListTurn {
 }
 
 impl Lists {
-    /// Waits for `caller`'s turn. Callers without a name (a server without
-    /// authentication) are not told apart, and not held back.
-    pub async fn turn(&self, caller: &Caller) -> ListTurn {
-        if caller.name.is_empty() {
+    /// Waits for `reader`'s turn. A caller that is neither a principal nor
+    /// an address (an embedded server called without a peer) is not held
+    /// back.
+    pub async fn turn(&self, reader: &Reader) -> ListTurn {
+        if *reader == Reader::Unknown {
             return ListTurn { _permit: None };
         }
         let turns = {
             let mut map = self.turns.lock().unwrap_or_else(|e| e.into_inner());
-            // Principals with no call in progress are forgotten.
+            // Callers with no call in progress are forgotten.
             map.retain(|_, s| std::sync::Arc::strong_count(s) > 1);
-            map.entry(caller.name.clone())
+            map.entry(reader.clone())
                 .or_insert_with(|| {
                     std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_LISTS_PER_PRINCIPAL))
                 })

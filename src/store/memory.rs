@@ -75,8 +75,37 @@ impl Entry {
 struct TenantTasks {
     by_id: FoldMap<Arc<str>, Entry>,
     order: BTreeSet<OrderKey>,
+    /// `order` per owner (owned tasks only): a user's ListTasks reads and
+    /// counts its own tasks, not the tenant's (as SQLite's
+    /// `tasks_by_owner`), so listing costs a principal with few tasks little
+    /// however many the others have.
+    by_owner: FoldMap<Box<str>, BTreeSet<OrderKey>>,
     /// Idempotency key ([`super::origin_key`]) -> task id.
     by_origin: HashMap<Box<[u8]>, Arc<str>>,
+}
+
+impl TenantTasks {
+    /// Puts `key` in the orders (the tenant's, and its owner's).
+    fn index(&mut self, key: OrderKey, owner: &str) {
+        if !owner.is_empty() {
+            self.by_owner
+                .entry(owner.into())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.order.insert(key);
+    }
+
+    /// Takes `key` out of the orders.
+    fn unindex(&mut self, key: &OrderKey, owner: &str) {
+        self.order.remove(key);
+        if let Some(owned) = self.by_owner.get_mut(owner) {
+            owned.remove(key);
+            if owned.is_empty() {
+                self.by_owner.remove(owner);
+            }
+        }
+    }
 }
 
 /// Tasks in process memory; lost on exit.
@@ -150,7 +179,7 @@ impl TaskStore for MemoryStore {
             }
             tasks.by_origin.insert(origin.into(), id.clone());
         }
-        tasks.order.insert((Reverse(entry.status), id.clone()));
+        tasks.index((Reverse(entry.status), id.clone()), &entry.owner);
         tasks.by_id.insert(id, entry);
         if !task.outbox.is_empty() {
             self.outbox.lock().map_err(poisoned)?.add(tenant, task);
@@ -234,8 +263,10 @@ impl TaskStore for MemoryStore {
         *stored = entry;
         let version = stored.version;
         if old != new {
-            tasks.order.remove(&(Reverse(old), key.clone()));
-            tasks.order.insert((Reverse(new), key));
+            // A task's owner never changes.
+            let owner = stored.owner.clone();
+            tasks.unindex(&(Reverse(old), key.clone()), &owner);
+            tasks.index((Reverse(new), key), &owner);
         }
         if !task.outbox.is_empty() {
             self.outbox.lock().map_err(poisoned)?.add(tenant, task);
@@ -266,9 +297,14 @@ impl TaskStore for MemoryStore {
         // The index is sorted newest first, so the timestamp filter is a
         // prefix of it.
         let in_window = |key: &&OrderKey| after.is_none_or(|a| key.0.0 >= a);
+        // A user's list reads its own order.
+        let empty = BTreeSet::new();
+        let order = match query.owner.as_deref() {
+            Some(owner) => tasks.by_owner.get(owner).unwrap_or(&empty),
+            None => &tasks.order,
+        };
 
-        let total_size = tasks
-            .order
+        let total_size = order
             .iter()
             .take_while(in_window)
             .filter(|k| matches(k).is_some())
@@ -283,11 +319,7 @@ impl TaskStore for MemoryStore {
         let mut next = None;
         // Stopped at the byte budget before any record is decoded.
         let mut bytes = 0usize;
-        for key in tasks
-            .order
-            .range((start, Bound::Unbounded))
-            .take_while(in_window)
-        {
+        for key in order.range((start, Bound::Unbounded)).take_while(in_window) {
             let Some(entry) = matches(key) else {
                 continue;
             };
@@ -408,7 +440,7 @@ impl TaskStore for MemoryStore {
                 .collect();
             for id in expired {
                 if let Some(entry) = tasks.by_id.remove(&id) {
-                    tasks.order.remove(&(Reverse(entry.status), id));
+                    tasks.unindex(&(Reverse(entry.status), id), &entry.owner);
                     // The creating message is read back from the record
                     // (purges are rare; an index field would cost every task).
                     let record = codec::decode(&entry.record)?;
