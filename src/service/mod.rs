@@ -153,17 +153,13 @@ impl A2aApi {
         }
     }
 
-    /// Runs a unary `operation` for `reader` within its budget, and charges
-    /// it its answer.
-    async fn paced<T: prost::Message>(
-        &self,
-        reader: &pacing::Reader,
-        operation: impl Future<Output = Result<T, A2aError>>,
-    ) -> Result<T, A2aError> {
-        self.pacing.wait(reader).await;
-        let answer = operation.await?;
+    /// Charges `reader` a unary call's `answer`. (The call is awaited where
+    /// it is made, after [`pacing::Pacing::wait`], not handed to a helper:
+    /// moving a send's future into another cost a copy of it, 10,800
+    /// instructions per non-blocking send under callgrind.)
+    fn charge<T: prost::Message>(&self, reader: &pacing::Reader, answer: T) -> T {
         self.pacing.charge(reader, answer.encoded_len());
-        Ok(answer)
+        answer
     }
 
     /// Charges `reader` each event of `stream` as it is sent (the stream
@@ -325,8 +321,9 @@ impl A2aApi {
                 let caller = self.check_send(call, &request, false).await?;
                 let push = self.push.as_deref();
                 let reader = Self::reader(call, &caller);
-                let send = send::send_message(&self.manager, &caller, push, call, request);
-                self.paced(&reader, send).await
+                self.pacing.wait(&reader).await;
+                let sent = send::send_message(&self.manager, &caller, push, call, request).await?;
+                Ok(self.charge(&reader, sent))
             }),
         )
         .await
@@ -368,8 +365,9 @@ impl A2aApi {
                     .check(call, &request.tenant, &request.id, false)
                     .await?;
                 let reader = Self::reader(call, &caller);
-                self.paced(&reader, tasks::get_task(&self.manager, &caller, request))
-                    .await
+                self.pacing.wait(&reader).await;
+                let task = tasks::get_task(&self.manager, &caller, request).await?;
+                Ok(self.charge(&reader, task))
             }),
         )
         .await
@@ -409,8 +407,9 @@ impl A2aApi {
                     .check(call, &request.tenant, &request.id, false)
                     .await?;
                 let reader = Self::reader(call, &caller);
-                self.paced(&reader, tasks::cancel_task(&self.manager, &caller, request))
-                    .await
+                self.pacing.wait(&reader).await;
+                let task = tasks::cancel_task(&self.manager, &caller, request).await?;
+                Ok(self.charge(&reader, task))
             }),
         )
         .await

@@ -10,8 +10,8 @@
 //! [`READ_BYTES_PER_SECOND`] with a burst of [`READ_BURST`]: a call waits,
 //! before it is served, until the caller's debt is back within the burst;
 //! what it was sent (encoded size) is then charged, and for ListTasks the
-//! tasks it counted ([`list_cost`]). Calls and callers that read small
-//! tasks never wait.
+//! tasks it counted ([`list_cost`]). Answers under [`UNCHARGED_BYTES`] are
+//! free: calls and callers that read small tasks never wait.
 //!
 //! The caller is its principal with `--auth`, and otherwise its address
 //! (an IPv6 /64, as [`crate::connections::peer_key`]). The budget is a
@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -50,6 +51,13 @@ pub fn list_cost(page: &crate::proto::ListTasksResponse) -> usize {
         .max(LIST_CALL_BYTES)
 }
 
+/// Answers smaller than this are not charged. What a small answer costs
+/// is its call's, not its bytes' (a loop of small calls is a request
+/// rate, which this does not bound), and leaving them out keeps the
+/// budget's bookkeeping off the path of ordinary calls: while no caller
+/// is in debt, waiting is one atomic load.
+pub const UNCHARGED_BYTES: usize = 16 << 10;
+
 /// The longest debt a caller can be charged.
 const SATURATED: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -73,6 +81,8 @@ pub struct Pacing {
     rate: u64,
     /// When each caller's debt is paid.
     paid_at: Mutex<HashMap<Reader, Instant>>,
+    /// How many callers `paid_at` holds (read without its lock).
+    debtors: AtomicUsize,
 }
 
 impl Default for Pacing {
@@ -86,23 +96,37 @@ impl Pacing {
         Pacing {
             rate: bytes_per_second,
             paid_at: Mutex::new(HashMap::new()),
+            debtors: AtomicUsize::new(0),
         }
     }
 
     /// Waits until `reader` is within its burst again.
     pub async fn wait(&self, reader: &Reader) {
-        if self.rate == 0 || *reader == Reader::Unknown {
+        if self.rate == 0 || *reader == Reader::Unknown || self.debtors.load(Ordering::Acquire) == 0
+        {
             return;
         }
-        let paid_at = self.lock().get(reader).copied();
-        if let Some(start) = paid_at.and_then(|at| at.checked_sub(READ_BURST)) {
+        let start = {
+            let mut paid_at = self.lock();
+            let Some(at) = paid_at.get(reader).copied() else {
+                return;
+            };
+            if at <= Instant::now() {
+                // Paid: forgotten, so the others wait on one load again.
+                paid_at.remove(reader);
+                self.debtors.store(paid_at.len(), Ordering::Release);
+                return;
+            }
+            at.checked_sub(READ_BURST)
+        };
+        if let Some(start) = start {
             tokio::time::sleep_until(start).await;
         }
     }
 
     /// Charges `bytes` sent to `reader`.
     pub fn charge(&self, reader: &Reader, bytes: usize) {
-        if self.rate == 0 || *reader == Reader::Unknown || bytes == 0 {
+        if self.rate == 0 || *reader == Reader::Unknown || bytes < UNCHARGED_BYTES {
             return;
         }
         // A cost past any real wait (a year) saturates there instead of
@@ -117,6 +141,7 @@ impl Pacing {
         }
         let at = paid_at.entry(reader.clone()).or_insert(now);
         *at = ((*at).max(now) + cost).min(now + SATURATED);
+        self.debtors.store(paid_at.len(), Ordering::Release);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Reader, Instant>> {
@@ -132,10 +157,14 @@ mod tests {
         Reader::Principal("alice".into())
     }
 
+    /// A second of budget at [`RATE`].
+    const RATE: u64 = UNCHARGED_BYTES as u64;
+    const SECOND: usize = UNCHARGED_BYTES;
+
     #[tokio::test(start_paused = true)]
     async fn a_reader_within_its_burst_does_not_wait() {
-        let pacing = Pacing::new(1000);
-        pacing.charge(&alice(), 1000);
+        let pacing = Pacing::new(RATE);
+        pacing.charge(&alice(), SECOND);
         let start = Instant::now();
         pacing.wait(&alice()).await;
         assert_eq!(start.elapsed(), Duration::ZERO);
@@ -143,9 +172,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reader_past_its_burst_waits_for_its_rate() {
-        let pacing = Pacing::new(1000);
+        let pacing = Pacing::new(RATE);
         // 5 s of budget: 3 s past the burst.
-        pacing.charge(&alice(), 5000);
+        pacing.charge(&alice(), 5 * SECOND);
         let start = Instant::now();
         pacing.wait(&alice()).await;
         assert_eq!(start.elapsed(), Duration::from_secs(3));
@@ -157,18 +186,40 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn debt_accumulates_and_is_paid_off_over_time() {
-        let pacing = Pacing::new(1000);
+        let pacing = Pacing::new(RATE);
         for _ in 0..4 {
-            pacing.charge(&alice(), 1000);
+            pacing.charge(&alice(), SECOND);
         }
         tokio::time::advance(Duration::from_secs(2)).await;
         // 4 s charged, 2 s passed: within the burst.
         let start = Instant::now();
         pacing.wait(&alice()).await;
         assert_eq!(start.elapsed(), Duration::ZERO);
-        pacing.charge(&alice(), 1500);
+        pacing.charge(&alice(), SECOND * 3 / 2);
         pacing.wait(&alice()).await;
         assert_eq!(start.elapsed(), Duration::from_millis(1500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn small_answers_are_free_and_paid_debts_forgotten() {
+        let pacing = Pacing::new(RATE);
+        for _ in 0..1000 {
+            pacing.charge(&alice(), UNCHARGED_BYTES - 1);
+        }
+        assert_eq!(pacing.debtors.load(Ordering::Acquire), 0);
+        pacing.charge(&alice(), 3 * SECOND);
+        assert_eq!(pacing.debtors.load(Ordering::Acquire), 1);
+        let start = Instant::now();
+        pacing.wait(&alice()).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        pacing.wait(&alice()).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        assert_eq!(
+            pacing.debtors.load(Ordering::Acquire),
+            0,
+            "a paid debt is forgotten"
+        );
     }
 
     #[tokio::test(start_paused = true)]
