@@ -307,8 +307,12 @@ async fn retention_purges_old_terminal_tasks() {
     let mut client = server.client().await;
     let done = send_text(&mut client, "", "run").await;
     let waiting = send_text(&mut client, "code-reviewer", "review").await;
+    // A window in which a sweep at start (the interval's immediate first
+    // tick) would purge the task first; the first background sweep is one
+    // `sweep_every` after start, so only this call purges it.
+    tokio::time::sleep(Duration::from_millis(30)).await;
     let purged = server.manager.purge_expired().await.unwrap();
-    assert_eq!(purged, 1);
+    assert_eq!(purged, 1, "the first background sweep ran at start");
     let err = get_task(&mut client, "", &done.id).await.unwrap_err();
     assert_a2a_error(&err, Code::NotFound, "TASK_NOT_FOUND");
     assert!(

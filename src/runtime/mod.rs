@@ -1139,6 +1139,11 @@ impl TaskManager {
         let tick = lease.map_or(sweep, |l| sweep.min(l / 2));
         let mut ticks = tokio::time::interval(tick);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first retention sweep is one interval after start, not at the
+        // interval's immediate first tick: a purge racing the first requests
+        // would make `--retain` depend on how fast a process starts, and the
+        // policy only promises a purge within one interval of expiry.
+        let started = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
@@ -1148,7 +1153,12 @@ impl TaskManager {
             // Slightly less than the interval, so that one replica's tick
             // a little early does not skip a turn.
             let due = |every: Duration| every.mul_f64(0.9);
-            match store.take_turn("retention", due(sweep)).await {
+            let retention_turn = if started.elapsed() < due(sweep) {
+                Ok(false)
+            } else {
+                store.take_turn("retention", due(sweep)).await
+            };
+            match retention_turn {
                 Ok(true) => {
                     if let Err(e) = self.purge_expired().await {
                         tracing::warn!(error = %e, "retention sweep failed");
