@@ -171,7 +171,9 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:50051")]
         listen: SocketAddr,
         /// Task store: `sqlite:PATH` (durable; the folder is created),
-        /// `postgres://USER@HOST:PORT/DB` (durable, on a PostgreSQL server)
+        /// `postgres://USER@HOST:PORT/DB` (durable, on a PostgreSQL server;
+        /// TLS as libpq's `?sslmode=`: disable, prefer (the default),
+        /// require, verify-ca or verify-full with `&sslrootcert=CA.pem`)
         /// or `memory` (lost on exit). A password in it is never shown
         /// (`--help` hides the environment's value) or logged.
         #[arg(
@@ -182,9 +184,11 @@ enum Command {
         )]
         store: String,
         /// With a PostgreSQL store, shared by replicas: how long this
-        /// replica's lease lasts (renewed every third of it). A replica that
-        /// dies has its active tasks failed by another once its lease has
-        /// run out.
+        /// replica's lease lasts (renewed every third of it, on its own
+        /// connection). A replica that dies has its active tasks failed by
+        /// another once its lease has run out; one that cannot renew in
+        /// time stops its runs and takes no writes until it renews (and
+        /// webhook attempts time out after at most half of it).
         #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
         lease: Duration,
         /// Enforce seed 001's stricter transition table (see README).

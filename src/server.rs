@@ -269,6 +269,7 @@ pub async fn serve_manager_tls(
         tokio::spawn(sweep_input_waits(manager.clone(), auth.clone()));
     }
     tokio::spawn(manager.clone().follow_changes());
+    tokio::spawn(manager.clone().stop_runs_when_lease_lost());
     let token = manager.shutdown_token();
     tokio::spawn(crate::operations::probe_store(
         manager.store().clone(),

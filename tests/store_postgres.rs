@@ -275,3 +275,250 @@ async fn an_undecodable_active_record_is_set_aside() {
         .get(0);
     assert_eq!(kept, 1);
 }
+
+/// An admin connection to the schema `url` names (plaintext: the test's
+/// own, not the store's).
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = support::within(
+        "admin connection",
+        tokio_postgres::connect(url, tokio_postgres::NoTls),
+    )
+    .await
+    .expect("admin connection");
+    tokio::spawn(connection);
+    client
+}
+
+/// Ends `replica`'s lease in the database, as a pause of its process past
+/// the lease would (its own clock still says it holds it).
+async fn run_out_lease(admin: &tokio_postgres::Client, replica: uuid::Uuid) {
+    let changed = admin
+        .execute(
+            "UPDATE replicas SET lease_until = now() - interval '1 second' WHERE id = $1",
+            &[&replica.as_bytes().as_slice()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed, 1, "the replica is registered");
+}
+
+/// A new task created by `message_id`'s run.
+fn created_by(task_id: &str, message_id: &str) -> a2a_lifecycle::lifecycle::TaskRecord {
+    let mut message = support::user_message("hello");
+    message.message_id = message_id.into();
+    a2a_lifecycle::lifecycle::TaskRecord::submitted(
+        task_id.into(),
+        "ctx".into(),
+        message,
+        a2a_lifecycle::runtime::now(),
+    )
+}
+
+/// Fencing (issue "replicas under real faults"): a replica whose lease ran
+/// out while it was paused can have its claim taken over; once it is,
+/// nothing it writes under its old id commits, even though its own clock
+/// has not noticed yet, and it rejoins under a new id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id() {
+    use a2a_lifecycle::store::{OriginClaim, StoreError};
+    let Some(url) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let lease = std::time::Duration::from_secs(2);
+    let a = PostgresStore::open_with_lease(&url, lease).await.unwrap();
+    let b = PostgresStore::open_with_lease(&url, lease).await.unwrap();
+    let admin = admin(&url).await;
+    assert_eq!(
+        a.claim_origin("t", "", "m1").await.unwrap(),
+        OriginClaim::First
+    );
+    let old = a.replica_id();
+    let mut losses = a.lease_losses().expect("a store shared by replicas");
+    run_out_lease(&admin, old).await;
+    // B declares A dead and takes the message over: its retry runs there.
+    assert_eq!(
+        b.claim_origin("t", "", "m1").await.unwrap(),
+        OriginClaim::First
+    );
+    b.create("t", &created_by("task-b", "m1")).await.unwrap();
+    // A, resumed, still holds its lease by its own clock, but what it
+    // writes under the dead id is refused in the write's own transaction.
+    assert!(!a.held_for().is_zero(), "A has not noticed yet");
+    let refused = a.create("t", &created_by("task-a", "other")).await;
+    match refused {
+        Err(StoreError::Unavailable(why)) => assert!(why.contains("declared dead"), "{why}"),
+        other => panic!("a dead replica's write was not refused: {other:?}"),
+    }
+    assert!(a.get("t", "task-a").await.unwrap().is_none());
+    assert!(
+        !matches!(a.claim_run("t", "task-b").await, Ok(Some(_))),
+        "a dead replica claimed a run"
+    );
+    // Its renewal finds it dead: it loses its standing, then rejoins.
+    support::within("A notices it lost its lease", losses.changed())
+        .await
+        .unwrap();
+    support::within("A rejoins under a new id", async {
+        while a.replica_id() == old || a.held_for().is_zero() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    a.create("t", &created_by("task-a", "other")).await.unwrap();
+    let dead: bool = admin
+        .query_one(
+            "SELECT dead FROM replicas WHERE id = $1",
+            &[&old.as_bytes().as_slice()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(dead, "the old id stays dead");
+}
+
+/// The push delivery role's epoch: once the role changed hands, what the
+/// old holder finishes or defers is refused (the entry stays for the new
+/// holder, who delivers it again: duplicates, never a loss or a reorder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_holder_of_the_delivery_role_can_neither_finish_nor_defer() {
+    use a2a_lifecycle::store::{DELIVERY_ROLE, EncodedTask, OutboxEntry};
+    let Some(url) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let lease = std::time::Duration::from_secs(2);
+    let a = PostgresStore::open_with_lease(&url, lease).await.unwrap();
+    let b = PostgresStore::open_with_lease(&url, lease).await.unwrap();
+    let admin = admin(&url).await;
+    let record = created_by("task-1", "m1");
+    let mut write = EncodedTask::new(&record);
+    write.outbox = ["e1", "e2"]
+        .iter()
+        .map(|e| OutboxEntry {
+            config_id: "hook".into(),
+            event: e.as_bytes().to_vec(),
+        })
+        .collect();
+    a.create_encoded("t", &write).await.unwrap();
+    assert!(a.hold(DELIVERY_ROLE).await.unwrap());
+    let entries = a.outbox(0, 10).await.unwrap();
+    assert_eq!(entries.len(), 2);
+    // A's renewals of the role stop (paused); B takes it.
+    admin
+        .execute(
+            "UPDATE a2a_jobs SET last_run = now() - interval '1 hour' WHERE name = $1",
+            &[&DELIVERY_ROLE],
+        )
+        .await
+        .unwrap();
+    assert!(b.hold(DELIVERY_ROLE).await.unwrap());
+    // A's attempts that end now change nothing.
+    a.finish_delivery(entries[0].seq).await.unwrap();
+    a.defer_delivery(entries[1].seq, 5, 1_700_000_000_000)
+        .await
+        .unwrap();
+    let left = b.outbox(0, 10).await.unwrap();
+    assert_eq!(left, entries, "the old holder changed the outbox");
+    // B's do.
+    b.finish_delivery(entries[0].seq).await.unwrap();
+    b.defer_delivery(entries[1].seq, 1, 1_700_000_000_000)
+        .await
+        .unwrap();
+    let left = b.outbox(0, 10).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        (left[0].attempts, left[0].not_before_ms),
+        (1, 1_700_000_000_000)
+    );
+}
+
+/// A TCP proxy to PostgreSQL that, once armed, forwards the first chunk
+/// holding `COMMIT` and then cuts that connection: the transaction
+/// commits, its acknowledgement is lost.
+async fn commit_cutting_proxy(upstream: String) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = Arc::new(AtomicBool::new(false));
+    let arm = armed.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                continue;
+            };
+            let armed = arm.clone();
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                // Once the COMMIT went by, nothing the server says reaches
+                // the client.
+                let muted = Arc::new(AtomicBool::new(false));
+                let mute = muted.clone();
+                let back = tokio::spawn(async move {
+                    let mut buf = vec![0; 64 * 1024];
+                    while let Ok(n) = sr.read(&mut buf).await {
+                        if n == 0
+                            || mute.load(Ordering::SeqCst)
+                            || cw.write_all(&buf[..n]).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+                let mut buf = vec![0; 64 * 1024];
+                while let Ok(n) = cr.read(&mut buf).await {
+                    let commit = buf[..n].windows(6).any(|w| w == b"COMMIT");
+                    let cut = commit && n > 0 && armed.swap(false, Ordering::SeqCst);
+                    if cut {
+                        muted.store(true, Ordering::SeqCst);
+                    }
+                    if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    if cut {
+                        // Let the database commit, then lose its answer.
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        break;
+                    }
+                }
+                back.abort();
+            });
+        }
+    });
+    (port, armed)
+}
+
+/// A commit whose acknowledgement is lost is read back, never guessed:
+/// the write that committed is answered with its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_acknowledgement_is_lost_is_read_back() {
+    use std::sync::atomic::Ordering;
+    let Some(url) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        other => panic!("a TCP host, not {other:?}"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let (proxy, armed) = commit_cutting_proxy(format!("{host}:{port}")).await;
+    // Plaintext, so the proxy can see the COMMIT go by.
+    let through = url
+        .replace(&format!("{host}:{port}"), &format!("127.0.0.1:{proxy}"))
+        .replace("?options", "?sslmode=disable&options");
+    assert_ne!(through, url);
+    let store = PostgresStore::open(&through).await.unwrap();
+    let record = created_by("task-1", "m1");
+    assert_eq!(store.create("t", &record).await.unwrap(), 1);
+    let mut next = record.clone();
+    next.task.context_id = "changed".into();
+    armed.store(true, Ordering::SeqCst);
+    let version = support::within("the update", store.update("t", &next, 1))
+        .await
+        .expect("the committed update is answered as committed");
+    assert!(!armed.load(Ordering::SeqCst), "the proxy cut the commit");
+    assert_eq!(version, 2);
+    let stored = store.get("t", "task-1").await.unwrap().unwrap();
+    assert_eq!((stored.version, stored.record), (2, next));
+}

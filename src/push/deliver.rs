@@ -158,6 +158,9 @@ pub struct Dispatcher {
     settings: Arc<Settings>,
     /// Raised when a commit added to the outbox.
     signal: Arc<Notify>,
+    /// How long this process certainly holds [`DELIVERY_ROLE`]: an attempt
+    /// starts only if it would end within it.
+    tenure: Arc<Tenure>,
     hosts: Arc<Mutex<Hosts>>,
     pool: Arc<Pool>,
 }
@@ -544,28 +547,100 @@ impl Schedule {
     }
 }
 
-/// What the one process delivering push notifications holds among those
-/// sharing a store ([`TaskStore::hold`]).
-pub const DELIVERY_ROLE: &str = "push-delivery";
+pub use crate::store::DELIVERY_ROLE;
+
+/// How long this process certainly holds [`DELIVERY_ROLE`]: from the
+/// moment its last successful hold was sent, the store's lease less a
+/// tenth (the database dated the hold later, and another replica takes
+/// the role only a whole lease after that), and no longer than this
+/// process holds its own lease ([`TaskStore::held_for`]).
+pub struct Tenure {
+    base: Instant,
+    /// Nanoseconds after `base`; 0: not held.
+    until: std::sync::atomic::AtomicU64,
+    lease: Option<Duration>,
+}
+
+impl Tenure {
+    fn new(lease: Option<Duration>) -> Self {
+        Tenure {
+            base: Instant::now(),
+            until: std::sync::atomic::AtomicU64::new(0),
+            lease,
+        }
+    }
+
+    /// Held for ever: a store of one process.
+    fn for_ever() -> Self {
+        let tenure = Tenure::new(None);
+        tenure.held(Instant::now());
+        tenure
+    }
+
+    /// A hold sent at `sent` succeeded.
+    fn held(&self, sent: Instant) {
+        let until = match self.lease {
+            None => u64::MAX,
+            Some(lease) => {
+                let end = (sent + lease - lease / 10).saturating_duration_since(self.base);
+                u64::try_from(end.as_nanos()).unwrap_or(u64::MAX).max(1)
+            }
+        };
+        self.until
+            .fetch_max(until, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn end(&self) {
+        self.until.store(0, std::sync::atomic::Ordering::Release);
+    }
+
+    fn held_for(&self, store: &dyn TaskStore) -> Duration {
+        let until = self.until.load(std::sync::atomic::Ordering::Acquire);
+        let now = Instant::now().saturating_duration_since(self.base);
+        let now = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(until.saturating_sub(now)).min(store.held_for())
+    }
+}
 
 /// Delivers push notifications until `shutdown` while this process holds
 /// [`DELIVERY_ROLE`], so that replicas sharing a store deliver each once
-/// (at least once: a holder cut off from the store for a lease may
-/// overlap with the next one for an attempt). The role is renewed every
-/// third of the store's lease; lost, delivery stops here, and starts
-/// again, from the outbox's start, once it is held again. A store of one
-/// process is always held.
+/// (at least once) and in order. The role is renewed every third of the
+/// store's lease; an attempt starts only if it ends (its timeout, capped
+/// at half the lease) while the role is certainly held, so no two
+/// processes' attempts overlap: the next holder takes the role a lease
+/// after the last renewal, when this one's attempts are over. A renewal
+/// that fails is tried again while the role is still held; once it is
+/// lost (taken, or run out), delivery stops, waits for the attempts in
+/// flight, and starts again, from the outbox's start, once the role is
+/// held again. What the old holder finishes or defers after the role
+/// changed hands is refused by the store (the role's epoch). A store of
+/// one process is always held.
 pub async fn deliver_while_held(
     store: Arc<dyn TaskStore>,
-    settings: Settings,
+    mut settings: Settings,
     signal: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
-    let every = store.lease().map_or(POLL_EVERY, |l| l / 3);
+    let lease = store.lease();
+    let every = lease.map_or(POLL_EVERY, |l| l / 3);
+    if let Some(lease) = lease
+        && settings.timeout > lease / 2
+    {
+        tracing::info!(
+            timeout = ?lease / 2,
+            "push delivery attempts time out after half the replicas' lease (less than --push-timeout)"
+        );
+        settings.timeout = lease / 2;
+    }
     loop {
+        let tenure = Arc::new(Tenure::new(lease));
         loop {
+            let sent = Instant::now();
             match store.hold(DELIVERY_ROLE).await {
-                Ok(true) => break,
+                Ok(true) => {
+                    tenure.held(sent);
+                    break;
+                }
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot tell who delivers push notifications"),
             }
@@ -576,33 +651,59 @@ pub async fn deliver_while_held(
         }
         tracing::info!("delivering push notifications");
         let held = shutdown.child_token();
-        let dispatcher = Dispatcher::new(store.clone(), settings.clone(), signal.clone());
+        let dispatcher = Dispatcher::holding(
+            store.clone(),
+            settings.clone(),
+            signal.clone(),
+            tenure.clone(),
+        );
         let mut running = tokio::spawn(dispatcher.run(held.clone()));
         loop {
             tokio::select! {
                 _ = &mut running => return,
                 () = tokio::time::sleep(every) => {}
             }
+            let sent = Instant::now();
             match store.hold(DELIVERY_ROLE).await {
-                Ok(true) => continue,
+                Ok(true) => {
+                    tenure.held(sent);
+                    continue;
+                }
                 Ok(false) => tracing::info!("another replica delivers push notifications now"),
+                Err(e) if !tenure.held_for(&*store).is_zero() => {
+                    tracing::warn!(error = %e, "cannot renew the push delivery role; trying again");
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot renew the push delivery role; stopping")
                 }
             }
             break;
         }
+        tenure.end();
         held.cancel();
+        // The dispatcher ends once its attempts in flight have.
         let _ = running.await;
     }
 }
 
 impl Dispatcher {
     pub fn new(store: Arc<dyn TaskStore>, settings: Settings, signal: Arc<Notify>) -> Self {
+        Self::holding(store, settings, signal, Arc::new(Tenure::for_ever()))
+    }
+
+    /// A dispatcher that delivers while `tenure` lasts.
+    fn holding(
+        store: Arc<dyn TaskStore>,
+        settings: Settings,
+        signal: Arc<Notify>,
+        tenure: Arc<Tenure>,
+    ) -> Self {
         Dispatcher {
             store,
             settings: Arc::new(settings),
             signal,
+            tenure,
             hosts: Default::default(),
             pool: Default::default(),
         }
@@ -658,17 +759,18 @@ impl Dispatcher {
             }
             let next_timer = schedule.wake(now_ms());
             while let Some(delivery) = schedule.next() {
-                let (store, settings, hosts, pool, ended) = (
+                let (store, settings, hosts, pool, ended, tenure) = (
                     self.store.clone(),
                     self.settings.clone(),
                     self.hosts.clone(),
                     self.pool.clone(),
                     ended_tx.clone(),
+                    self.tenure.clone(),
                 );
                 attempts.spawn(async move {
                     use futures_util::FutureExt as _;
                     let key = queue_of(&delivery);
-                    let attempt = attempt(&*store, &settings, &hosts, &pool, delivery);
+                    let attempt = attempt(&*store, &settings, &hosts, &pool, &tenure, delivery);
                     // A panic must not leave the queue in flight for good
                     // (the host's slot is given back by its guard).
                     let (done, freed) = std::panic::AssertUnwindSafe(attempt)
@@ -716,6 +818,16 @@ impl Dispatcher {
             }
         }
         attempts.close();
+        // Among replicas, the attempts in flight end within their timeout
+        // before the role is given up: the next holder must not deliver
+        // beside them. (Alone, they end with the runtime.)
+        if self.tenure.lease.is_some()
+            && tokio::time::timeout(self.settings.timeout * 2, attempts.wait())
+                .await
+                .is_err()
+        {
+            tracing::warn!("push delivery attempts still in flight after twice their timeout");
+        }
         // What is left is no longer this process's to deliver.
         if let Some(metrics) = &self.settings.metrics {
             metrics.pending(0);
@@ -734,6 +846,7 @@ async fn attempt(
     settings: &Settings,
     hosts: &Mutex<Hosts>,
     pool: &Pool,
+    tenure: &Tenure,
     delivery: Delivery,
 ) -> (Done, Option<Arc<str>>) {
     // The config, the version of the client that set it, and the trace of
@@ -759,6 +872,12 @@ async fn attempt(
         return (finish(store, &delivery).await, None);
     };
     let host = host_key(&config.url);
+    // Only an attempt that ends while the role is certainly held: another
+    // holder must never deliver beside it (tried again after POLL_EVERY,
+    // by this process if it renews the role, else by the next holder).
+    if tenure.held_for(store) < settings.timeout {
+        return (Done::StoreFailed, None);
+    }
     let gate = lock(hosts).enter(&host, Instant::now());
     let (outcome, freed) = match gate {
         Gate::Full => return (Done::Parked(host), None),

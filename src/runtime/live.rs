@@ -1442,7 +1442,7 @@ impl LiveTask {
         }
         if runs.queue.front().is_some_and(|q| q.committed) {
             let Queued { seq, request, .. } = runs.queue.pop_front().expect("front");
-            let cancelled = shared.shutdown.child_token();
+            let cancelled = shared.run_token();
             runs.active = true;
             self.current_run
                 .store(seq, std::sync::atomic::Ordering::Relaxed);

@@ -171,6 +171,10 @@ pub(crate) struct Shared {
     /// Executor runs going on, by task (see `TaskManager::drain_runs`).
     pub(crate) running: tokio::sync::watch::Sender<HashMap<TaskKey, usize>>,
     pub(crate) shutdown: CancellationToken,
+    /// The parent of the cancellation token of every run started since
+    /// this process last lost its lease ([`TaskStore::lease_losses`]); a
+    /// child of `shutdown`, replaced at each loss.
+    runs: Mutex<CancellationToken>,
     /// Raised after a commit that added push notifications to the outbox
     /// (see [`TaskManager::outbox_signal`]).
     pub(crate) outbox: Arc<tokio::sync::Notify>,
@@ -188,6 +192,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The cancellation token of a run starting now: cancelled at
+    /// shutdown, when its task is cancelled, and when this process loses
+    /// its lease on a store shared by replicas.
+    pub(crate) fn run_token(&self) -> CancellationToken {
+        self.runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .child_token()
+    }
+
     /// The `agent` label of the tasks of `tenant`: its agent's name, or
     /// `unknown` for a tenant no longer served (a task read back from an
     /// older configuration's store).
@@ -457,6 +471,7 @@ impl TaskManager {
             store.instrument(backend.writer.clone());
             backend
         });
+        let shutdown = CancellationToken::new();
         TaskManager {
             shared: Arc::new(Shared {
                 agent_labels,
@@ -467,7 +482,8 @@ impl TaskManager {
                 live: Mutex::new(HashMap::default()),
                 origins: Mutex::new(HashMap::default()),
                 running: tokio::sync::watch::Sender::new(HashMap::new()),
-                shutdown: CancellationToken::new(),
+                runs: Mutex::new(shutdown.child_token()),
+                shutdown,
                 outbox: Arc::new(tokio::sync::Notify::new()),
                 replicated: store.lease().is_some(),
                 store,
@@ -1124,6 +1140,33 @@ impl TaskManager {
                     tokio::spawn(live.catch_up(self.shared.clone()));
                 }
             }
+        }
+    }
+
+    /// With a store shared by replicas, until shutdown: each time this
+    /// process loses its lease ([`TaskStore::lease_losses`]), stops every
+    /// run started before. Its store refuses their writes already; their
+    /// tasks may be taken over by another replica once it is declared
+    /// dead, and an agent told to stop does nothing more for them. Each
+    /// stopped run fails its task when the store takes writes again (or
+    /// the replica that takes it over does).
+    pub async fn stop_runs_when_lease_lost(self) {
+        let Some(mut losses) = self.shared.store.lease_losses() else {
+            return;
+        };
+        let shutdown = self.shared.shutdown.clone();
+        loop {
+            tokio::select! {
+                changed = losses.changed() => if changed.is_err() { return },
+                _ = shutdown.cancelled() => return,
+            }
+            let stopped = std::mem::replace(
+                &mut *self.shared.runs.lock().unwrap_or_else(|e| e.into_inner()),
+                shutdown.child_token(),
+            );
+            stopped.cancel();
+            let runs: usize = self.shared.running.borrow().values().sum();
+            tracing::warn!(runs, "this replica lost its lease: its runs were stopped");
         }
     }
 

@@ -61,7 +61,7 @@ pub(super) async fn start_new(
         task: None,
         metadata,
         accepted_output_modes,
-        cancelled: shared.shutdown.child_token(),
+        cancelled: shared.run_token(),
     };
     let mode = SinkMode::BeforeFirstEvent {
         message: Box::new(message),

@@ -380,6 +380,14 @@ impl RunSink {
                 "the server shut down while the task was {}",
                 s.as_str_name()
             )),
+            // Neither shut down nor cancelled (a cancelled task is
+            // terminal): the run was stopped because this replica lost its
+            // lease on the shared store.
+            (None, s) if s.is_active() && self.inner.cancel.is_cancelled() => Some(format!(
+                "this replica lost its lease on the shared store and stopped the run while \
+                 the task was {}",
+                s.as_str_name()
+            )),
             (None, s) if s.is_active() => Some(format!(
                 "the agent stopped while the task was {}",
                 s.as_str_name()

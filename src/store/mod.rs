@@ -279,6 +279,10 @@ pub struct EncodedTask {
     pub by_run: bool,
 }
 
+/// The role of the one process delivering push notifications among those
+/// sharing a store ([`TaskStore::hold`]).
+pub const DELIVERY_ROLE: &str = "push-delivery";
+
 /// A task write another replica committed, as a store shared by replicas
 /// reports it ([`TaskStore::changes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -527,6 +531,21 @@ pub trait TaskStore: Send + Sync + 'static {
         None
     }
 
+    /// How long this process's lease is certainly still held
+    /// ([`TaskStore::lease`]): zero while it is not (renewals late or
+    /// failing, the process paused), and then the store refuses writes. A
+    /// store of one process: for ever.
+    fn held_for(&self) -> std::time::Duration {
+        std::time::Duration::MAX
+    }
+
+    /// Counts the times this process lost its lease, for a store shared
+    /// by replicas: each time, the runs started before are stopped (their
+    /// tasks may be taken over by another replica).
+    fn lease_losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Committed task writes as they happen, from every replica, when the
     /// store is shared by replicas; `None` for a store of one process.
     /// Only a wake-up: a change missed is caught up by version.
@@ -560,10 +579,12 @@ pub trait TaskStore: Send + Sync + 'static {
     }
 
     /// Whether this process holds `role`, which one process at a time of
-    /// those sharing the store holds (push delivery): taken when free or
-    /// when its holder has not renewed it for a lease, renewed by holding
-    /// it again (call it every third of [`TaskStore::lease`]). A store of
-    /// one process: always.
+    /// those sharing the store holds (push delivery, [`DELIVERY_ROLE`]):
+    /// taken when free or when its holder has not renewed it for a lease,
+    /// renewed by holding it again (call it every third of
+    /// [`TaskStore::lease`]). Finishing and deferring outbox entries are
+    /// done under [`DELIVERY_ROLE`] as last held, and do nothing once it
+    /// changed hands. A store of one process: always.
     async fn hold(&self, _role: &str) -> Result<bool, StoreError> {
         Ok(true)
     }

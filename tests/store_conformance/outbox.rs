@@ -87,6 +87,13 @@ pub async fn outbox_entries_commit_with_their_write(store: Store) {
     assert!(store.outbox(all[3].seq, 100).await.unwrap().is_empty());
     assert!(store.outbox(u64::MAX, 100).await.unwrap().is_empty());
 
+    // Entries are finished and deferred under the delivery role.
+    assert!(
+        store
+            .hold(a2a_lifecycle::store::DELIVERY_ROLE)
+            .await
+            .unwrap()
+    );
     store
         .defer_delivery(all[0].seq, 3, 1_700_000_000_000)
         .await

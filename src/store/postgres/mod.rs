@@ -19,6 +19,8 @@
 //!   cannot share a build with rusqlite: its optional SQLite driver's
 //!   `links = "sqlite3"` conflicts with rusqlite's in Cargo's resolution.)
 
+mod lease;
+mod tls;
 mod writer;
 
 use std::sync::Arc;
@@ -26,15 +28,14 @@ use std::time::Duration;
 
 use crate::wkt::Timestamp;
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::broadcast;
-use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use super::sqlite::state_list;
 use super::{
-    CatchUp, Change, Delivery, EncodedTask, ListQuery, OriginClaim, StoreError, StoredTask,
-    TaskPage, TaskStore, codec, origin_key, time_key,
+    CatchUp, Change, DELIVERY_ROLE, Delivery, EncodedTask, ListQuery, OriginClaim, StoreError,
+    StoredTask, TaskPage, TaskStore, codec, origin_key, time_key,
 };
 use crate::lifecycle::StateClass;
 use writer::{Kind, Writers};
@@ -56,7 +57,16 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0006_quarantine.sql"),
     include_str!("../../../migrations/postgres/0007_run_claims.sql"),
     include_str!("../../../migrations/postgres/0008_open_tasks_by_owner.sql"),
+    include_str!("../../../migrations/postgres/0009_fencing.sql"),
 ];
+
+/// How long a request waits for a free pooled connection.
+pub const POOL_WAIT: Duration = Duration::from_secs(10);
+/// How long making (or checking) a pooled connection may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Any statement of the pool's connections is cancelled by the database
+/// after this long: nothing waits on a stuck one for ever.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long each write's events are kept for other replicas' subscribers
 /// ([`TaskStore::catch_up`]); one further behind gets a fresh snapshot.
@@ -75,21 +85,21 @@ const LISTEN_RETRY_MAX: Duration = Duration::from_secs(5);
 /// replica that has not renewed it for this long is taken for dead, and
 /// its active tasks are failed by a live one.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
-/// Leases are renewed this many times per lease.
-const RENEWALS_PER_LEASE: u32 = 3;
 
 /// Tasks in a PostgreSQL database.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
     writers: Writers,
-    /// This replica's id (random, per process).
-    replica: Vec<u8>,
-    lease: Duration,
+    /// This replica's id (random, per process, and new each time it was
+    /// declared dead) and whether it holds its lease.
+    standing: Arc<lease::Standing>,
+    /// The epoch of each role this replica holds ([`TaskStore::hold`]).
+    epochs: Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>,
     changes: broadcast::Sender<Change>,
-    /// Ends the lease's renewal and the listening when the last clone is
-    /// dropped.
-    _background: Arc<[AbortOnDrop; 2]>,
+    /// Ends the lease's renewal, the event log's trimming and the
+    /// listening when the last clone is dropped.
+    _background: Arc<[AbortOnDrop; 3]>,
 }
 
 /// Aborts a background task when dropped.
@@ -138,38 +148,77 @@ impl PostgresStore {
         if lease.is_zero() {
             return Err(StoreError::Internal("the lease must be above zero".into()));
         }
-        let config = config_of(url)?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
+        // Every connection of the store, TLS as the URL's sslmode says.
+        let connector = tls::Connector::from_url(url)?;
+        let manager = connector.manager(ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        });
+        // A session left in a transaction (its process paused, its client
+        // gone quiet) is ended after a lease: an open write transaction
+        // keeps its replica from being declared dead (see `lease`).
+        let settings = format!(
+            "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+            STATEMENT_TIMEOUT.as_millis(),
+            lease.as_millis().max(1)
         );
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .post_create(deadpool_postgres::Hook::async_fn(move |client, _| {
+                let settings = settings.clone();
+                Box::pin(async move {
+                    client
+                        .batch_execute(&settings)
+                        .await
+                        .map_err(deadpool_postgres::HookError::Backend)
+                })
+            }))
             .build()
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         migrate(&pool).await?;
-        let replica = uuid::Uuid::new_v4().as_bytes().to_vec();
-        renew(&pool, &replica, lease).await?;
+        let standing = lease::Standing::new(lease);
+        lease::join(&**pool.get().await.map_err(unavailable)?, &standing).await?;
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
-        let renewal = tokio::spawn(keep_lease(pool.clone(), replica.clone(), lease));
-        let listening = tokio::spawn(listen(config_of(url)?, changes.clone()));
+        let renewal = tokio::spawn(lease::keep(
+            standing.clone(),
+            renewal_connection(&connector, lease),
+        ));
+        let trimming = tokio::spawn(trim_event_log_while_open(pool.clone()));
+        let listening = tokio::spawn(listen(connector, changes.clone()));
         Ok(PostgresStore {
-            writers: Writers::start(pool.clone(), replica.clone()),
+            writers: Writers::start(pool.clone(), standing.clone()),
             pool,
-            replica,
-            lease,
+            standing,
+            epochs: Default::default(),
             changes,
-            _background: Arc::new([AbortOnDrop(renewal), AbortOnDrop(listening)]),
+            _background: Arc::new([
+                AbortOnDrop(renewal),
+                AbortOnDrop(trimming),
+                AbortOnDrop(listening),
+            ]),
         })
     }
 
     /// This replica's id, as the `replicas` table and the tasks' `runner`
     /// hold it.
     pub fn replica_id(&self) -> uuid::Uuid {
-        uuid::Uuid::from_slice(&self.replica).unwrap_or_default()
+        uuid::Uuid::from_slice(&self.standing.id()).unwrap_or_default()
+    }
+
+    /// This replica's id and the epoch of the delivery role it holds;
+    /// an error when it holds none.
+    fn delivering(&self) -> Result<(Arc<[u8]>, i64), StoreError> {
+        self.standing.check()?;
+        let epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
+        match epochs.get(DELIVERY_ROLE) {
+            Some(&epoch) => Ok((self.standing.id(), epoch)),
+            None => Err(StoreError::Unavailable(
+                "this replica does not hold the push delivery role".into(),
+            )),
+        }
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
@@ -274,16 +323,35 @@ async fn migrate(pool: &Pool) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Sets this replica's lease to end `lease` from the database's clock
-/// (replicas' clocks are never compared), registering it if new.
-async fn renew(pool: &Pool, replica: &[u8], lease: Duration) -> Result<(), StoreError> {
-    let client = pool.get().await.map_err(unavailable)?;
+/// The lease renewal's own connection ([`lease::keep`]), made with the
+/// store's settings (TLS included); its statements time out with the
+/// renewal's deadline.
+fn renewal_connection(connector: &tls::Connector, lease: Duration) -> lease::Connect {
+    let connector = connector.clone();
+    let deadline = (lease / lease::RENEWAL_DEADLINE_PART).as_millis().max(1);
+    Arc::new(move || {
+        let connector = connector.clone();
+        Box::pin(async move {
+            let (client, connection) = connector.connect().await.map_err(unavailable)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "the lease renewal's connection closed");
+                }
+            });
+            client
+                .batch_execute(&format!("SET statement_timeout = {deadline}"))
+                .await
+                .map_err(unavailable)?;
+            Ok(client)
+        })
+    })
+}
+
+/// Declares dead the replicas whose lease ran out (`a2a_reap`), before
+/// anything they held is taken over.
+async fn reap(client: &tokio_postgres::Client) -> Result<(), StoreError> {
     client
-        .execute(
-            "INSERT INTO replicas (id, lease_until) VALUES ($1, now() + make_interval(secs => $2)) \
-             ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until",
-            &[&replica, &lease.as_secs_f64()],
-        )
+        .execute(lease::REAP, &[])
         .await
         .map_err(unavailable)?;
     Ok(())
@@ -302,22 +370,15 @@ async fn snapshot(
         .map_err(unavailable)
 }
 
-fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
-    url.parse()
-        .map_err(|e| StoreError::Internal(format!("bad PostgreSQL URL: {e}")))
-}
-
-/// Renews the lease for as long as the store lives; one replica per
-/// [`EVENT_LOG_TRIM_EVERY`] also trims the event log and forgets what dead
-/// replicas watched.
-async fn keep_lease(pool: Pool, replica: Vec<u8>, lease: Duration) {
-    let mut ticks = tokio::time::interval(lease / RENEWALS_PER_LEASE);
+/// For as long as the store lives, one replica per
+/// [`EVENT_LOG_TRIM_EVERY`] trims the event log and forgets what dead
+/// replicas watched (apart from the lease's renewal: a slow trim must
+/// never make a renewal late).
+async fn trim_event_log_while_open(pool: Pool) {
+    let mut ticks = tokio::time::interval(EVENT_LOG_TRIM_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if let Err(e) = renew(&pool, &replica, lease).await {
-            tracing::warn!(error = %e, "could not renew this replica's lease");
-        }
         if let Err(e) = trim_event_log(&pool).await {
             tracing::warn!(error = %e, "could not trim the event log");
         }
@@ -340,7 +401,7 @@ async fn trim_event_log(pool: &Pool) -> Result<(), StoreError> {
     client
         .execute(
             "DELETE FROM task_watchers w USING replicas r \
-             WHERE w.replica = r.id AND r.lease_until < now()",
+             WHERE w.replica = r.id AND r.dead",
             &[],
         )
         .await
@@ -369,12 +430,12 @@ async fn take_turn(
 /// Listens for every replica's committed task writes ([`writer::CHANNEL`])
 /// and passes them on as [`Change`]s, on a connection of its own; after
 /// that connection broke and was made again, a [`Change::Gap`] first.
-async fn listen(config: tokio_postgres::Config, changes: broadcast::Sender<Change>) {
+async fn listen(connector: tls::Connector, changes: broadcast::Sender<Change>) {
     use futures_util::StreamExt;
     let mut delay = LISTEN_RETRY_FIRST;
     let mut broken = false;
     loop {
-        match config.connect(NoTls).await {
+        match connector.connect().await {
             Ok((client, mut connection)) => {
                 let (tx, mut payloads) = tokio::sync::mpsc::unbounded_channel();
                 let driver = tokio::spawn(async move {
@@ -565,14 +626,19 @@ impl TaskStore for PostgresStore {
         if let Some(task) = self.find_by_origin(tenant, owner, message_id).await? {
             return Ok(OriginClaim::Task(Box::new(task)));
         }
+        self.standing.check()?;
         let client = self.client().await?;
+        // A holder whose lease ran out is declared dead first: only then
+        // can its claim be taken over (and it can never write under it).
+        reap(&client).await?;
+        let me = self.standing.id();
         let taken_over = client
             .execute(
-                "UPDATE origin_claims SET replica = $3 WHERE tenant = $1 AND origin = $2 \
-                 AND (replica = $3 OR replica NOT IN \
-                 (SELECT id FROM replicas WHERE lease_until > now())) \
+                "UPDATE origin_claims SET replica = $3 FROM (SELECT a2a_fence($3)) f \
+                 WHERE tenant = $1 AND origin = $2 \
+                 AND (replica = $3 OR replica NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
                  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2)",
-                &[&tenant.as_bytes(), &key, &self.replica],
+                &[&tenant.as_bytes(), &key, &&*me],
             )
             .await
             .map_err(unavailable)?;
@@ -592,11 +658,12 @@ impl TaskStore for PostgresStore {
     ) -> Result<(), StoreError> {
         let key = origin_key(owner, message_id);
         let client = self.client().await?;
+        let me = self.standing.id();
         client
             .execute(
                 "DELETE FROM origin_claims WHERE tenant = $1 AND origin = $2 AND replica = $3 \
                  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2)",
-                &[&tenant.as_bytes(), &key, &self.replica],
+                &[&tenant.as_bytes(), &key, &&*me],
             )
             .await
             .map_err(unavailable)?;
@@ -604,16 +671,20 @@ impl TaskStore for PostgresStore {
     }
 
     async fn claim_run(&self, tenant: &str, task_id: &str) -> Result<Option<u64>, StoreError> {
+        self.standing.check()?;
         let client = self.client().await?;
-        // Free, already this replica's, or held by a replica whose lease
-        // has expired (its run is over: it is failed or about to be).
+        reap(&client).await?;
+        let me = self.standing.id();
+        // Free, already this replica's, or held by a replica declared dead
+        // (its run is over: it is failed or about to be, and it can write
+        // nothing more).
         let row = client
             .query_opt(
-                "UPDATE tasks SET runner = $3, run_held = true \
+                "UPDATE tasks SET runner = $3, run_held = true FROM (SELECT a2a_fence($3)) f \
                  WHERE tenant = $1 AND id = $2 AND (NOT run_held OR runner = $3 \
-                 OR runner NOT IN (SELECT id FROM replicas WHERE lease_until > now())) \
+                 OR runner NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
                  RETURNING version",
-                &[&tenant.as_bytes(), &task_id.as_bytes(), &self.replica],
+                &[&tenant.as_bytes(), &task_id.as_bytes(), &&*me],
             )
             .await
             .map_err(unavailable)?;
@@ -622,6 +693,7 @@ impl TaskStore for PostgresStore {
 
     async fn release_run(&self, tenant: &str, task_id: &str) -> Result<(), StoreError> {
         let client = self.client().await?;
+        let me = self.standing.id();
         // Announced like a write at the task's version: a replica whose
         // queued run waits for the claim tries again at once.
         client
@@ -632,7 +704,7 @@ impl TaskStore for PostgresStore {
                 &[
                     &tenant.as_bytes(),
                     &task_id.as_bytes(),
-                    &self.replica,
+                    &&*me,
                     &writer::CHANNEL,
                     &writer::notification_prefix(tenant, task_id),
                 ],
@@ -766,21 +838,30 @@ impl TaskStore for PostgresStore {
     }
 
     async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
+        // The tasks of replicas declared dead: those whose lease ran out
+        // are declared so first.
         let sql = format!(
             "SELECT tenant, record, version, id FROM tasks WHERE state IN ({}) AND runner <> $1 \
-             AND runner NOT IN (SELECT id FROM replicas WHERE lease_until > now())",
+             AND runner NOT IN (SELECT id FROM replicas WHERE NOT dead)",
             state_list(StateClass::Active)
         );
         let client = self.client().await?;
-        let rows = client
-            .query(&sql, &[&self.replica])
-            .await
-            .map_err(unavailable)?;
+        reap(&client).await?;
+        let me = self.standing.id();
+        let rows = client.query(&sql, &[&&*me]).await.map_err(unavailable)?;
         self.recoverable(rows).await
     }
 
     fn lease(&self) -> Option<Duration> {
-        Some(self.lease)
+        Some(self.standing.lease())
+    }
+
+    fn held_for(&self) -> Duration {
+        self.standing.held_for()
+    }
+
+    fn lease_losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.standing.losses())
     }
 
     async fn take_turn(&self, job: &str, every: Duration) -> Result<bool, StoreError> {
@@ -789,18 +870,35 @@ impl TaskStore for PostgresStore {
     }
 
     async fn hold(&self, role: &str) -> Result<bool, StoreError> {
+        self.standing.check()?;
         let client = self.client().await?;
+        let me = self.standing.id();
+        // Fenced like a write; the epoch goes up each time the role
+        // changes hands, and what is done under the role names it.
         let row = client
             .query_opt(
-                "INSERT INTO a2a_jobs (name, last_run, holder) VALUES ($1, now(), $2) \
-                 ON CONFLICT (name) DO UPDATE SET last_run = now(), holder = $2 \
+                "INSERT INTO a2a_jobs (name, last_run, holder, epoch) \
+                 SELECT $1, now(), $2, 1 FROM (SELECT a2a_fence($2)) f \
+                 ON CONFLICT (name) DO UPDATE SET last_run = now(), holder = $2, \
+                 epoch = CASE WHEN a2a_jobs.holder = $2 THEN a2a_jobs.epoch \
+                 ELSE a2a_jobs.epoch + 1 END \
                  WHERE a2a_jobs.holder = $2 \
-                 OR a2a_jobs.last_run < now() - make_interval(secs => $3) RETURNING 1",
-                &[&role, &self.replica, &self.lease.as_secs_f64()],
+                 OR a2a_jobs.last_run < now() - make_interval(secs => $3) RETURNING epoch",
+                &[&role, &&*me, &self.standing.lease().as_secs_f64()],
             )
             .await
             .map_err(unavailable)?;
-        Ok(row.is_some())
+        let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
+        match row {
+            Some(row) => {
+                epochs.insert(role.to_owned(), row.get(0));
+                Ok(true)
+            }
+            None => {
+                epochs.remove(role);
+                Ok(false)
+            }
+        }
     }
 
     async fn watch(&self, tenant: &str, task_id: &str, on: bool) -> Result<(), StoreError> {
@@ -814,7 +912,11 @@ impl TaskStore for PostgresStore {
         client
             .execute(
                 sql,
-                &[&tenant.as_bytes(), &task_id.as_bytes(), &self.replica],
+                &[
+                    &tenant.as_bytes(),
+                    &task_id.as_bytes(),
+                    &&*self.standing.id(),
+                ],
             )
             .await
             .map_err(unavailable)?;
@@ -945,7 +1047,7 @@ impl TaskStore for PostgresStore {
         client
             .execute(
                 "DELETE FROM origin_claims c USING replicas r WHERE c.replica = r.id \
-                 AND r.lease_until < now() \
+                 AND r.dead \
                  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = c.tenant AND t.origin = c.origin)",
                 &[],
             )
@@ -989,9 +1091,16 @@ impl TaskStore for PostgresStore {
         let Ok(seq) = i64::try_from(seq) else {
             return Ok(());
         };
+        let (me, epoch) = self.delivering()?;
         let client = self.client().await?;
+        // Only under the delivery role as read (its epoch): after it
+        // changed hands the entry is the next holder's to deliver.
         client
-            .execute("DELETE FROM push_outbox WHERE seq = $1", &[&seq])
+            .execute(
+                "DELETE FROM push_outbox o USING (SELECT a2a_fence($2)) f, a2a_jobs j \
+                 WHERE o.seq = $1 AND j.name = $3 AND j.holder = $2 AND j.epoch = $4",
+                &[&seq, &&*me, &DELIVERY_ROLE, &epoch],
+            )
             .await
             .map_err(unavailable)?;
         Ok(())
@@ -1006,11 +1115,21 @@ impl TaskStore for PostgresStore {
         let Ok(seq) = i64::try_from(seq) else {
             return Ok(());
         };
+        let (me, epoch) = self.delivering()?;
         let client = self.client().await?;
         client
             .execute(
-                "UPDATE push_outbox SET attempts = $2, not_before = $3 WHERE seq = $1",
-                &[&seq, &(attempts as i32), &not_before_ms],
+                "UPDATE push_outbox o SET attempts = $2, not_before = $3 \
+                 FROM (SELECT a2a_fence($4)) f, a2a_jobs j \
+                 WHERE o.seq = $1 AND j.name = $5 AND j.holder = $4 AND j.epoch = $6",
+                &[
+                    &seq,
+                    &(attempts as i32),
+                    &not_before_ms,
+                    &&*me,
+                    &DELIVERY_ROLE,
+                    &epoch,
+                ],
             )
             .await
             .map_err(unavailable)?;

@@ -33,10 +33,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+use super::lease::{FENCED_SQLSTATE, Standing};
 use super::{text, unavailable};
 use crate::store::{EncodedTask, StoreError};
 
@@ -80,6 +82,10 @@ const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], 
      SELECT made.tenant, made.id, made.version, u.events FROM made JOIN u USING (tenant, id) \
      ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()) \
      SELECT tenant, id, version FROM made";
+/// The first statement of every write transaction: refuses the whole
+/// transaction if this replica was declared dead, and keeps it from being
+/// declared dead until the commit (see `lease`).
+const FENCE: &str = "SELECT a2a_fence($1)";
 const CLAIM: &str = "INSERT INTO origin_claims (tenant, origin, replica) \
      SELECT tenant, origin, $3 FROM unnest($1::bytea[], $2::bytea[]) AS u(tenant, origin) \
      ON CONFLICT DO NOTHING RETURNING tenant, origin";
@@ -162,20 +168,20 @@ pub(super) struct Writers {
 /// What the writers need besides their queue.
 struct Context {
     pool: Pool,
-    /// This replica's id: the runner of the tasks its runs write, the
-    /// holder of the claims it makes.
-    replica: Vec<u8>,
+    /// This replica's id (the runner of the tasks its runs write, the
+    /// holder of the claims it makes) and whether it holds its lease.
+    standing: Arc<Standing>,
     /// Where the writers record their batches, once the server says.
     metrics: std::sync::OnceLock<crate::metrics::WriterMetrics>,
 }
 
 impl Writers {
-    pub(super) fn start(pool: Pool, replica: Vec<u8>) -> Self {
+    pub(super) fn start(pool: Pool, standing: Arc<Standing>) -> Self {
         let (queue, rx) = mpsc::channel(WRITE_QUEUE);
         let rx = Arc::new(Mutex::new(rx));
         let cx = Arc::new(Context {
             pool,
-            replica,
+            standing,
             metrics: std::sync::OnceLock::new(),
         });
         for _ in 0..WRITERS {
@@ -189,8 +195,10 @@ impl Writers {
         let _ = self.cx.metrics.set(metrics);
     }
 
-    /// Queues a write and waits for its commit.
+    /// Queues a write and waits for its commit; refused at once while
+    /// this replica does not hold its lease (it fences itself).
     pub(super) async fn write(&self, tenant: &str, kind: Kind) -> Result<u64, StoreError> {
+        self.cx.standing.check()?;
         let (reply, answer) = oneshot::channel();
         let write = Write {
             tenant: tenant.to_owned(),
@@ -260,7 +268,10 @@ fn rounds(batch: Vec<Write>) -> Vec<Vec<Write>> {
 async fn commit(cx: &Context, batch: Vec<Write>) {
     let mut attempt = 0;
     let outcome = loop {
-        match transaction(cx, &batch).await {
+        let tried = tokio::time::timeout(TRANSACTION_TIMEOUT, transaction(cx, &batch))
+            .await
+            .unwrap_or(Err(Failure::TimedOut));
+        match tried {
             Err(e) if e.retryable() && attempt < RETRIES => attempt += 1,
             outcome => break outcome,
         }
@@ -290,6 +301,16 @@ async fn commit(cx: &Context, batch: Vec<Write>) {
             let result = why_refused(&cx.pool, &write).await;
             let _ = write.reply.send(result);
         }
+        // The connection failed with the transaction sent: it may have
+        // committed (a lost acknowledgement). Each write is read back, never
+        // guessed.
+        Err(e) if e.unknown() => {
+            tracing::warn!(error = %e, writes = batch.len(), "PostgreSQL write batch's outcome unknown; reading it back");
+            for write in batch {
+                let result = read_back(cx, &write, &e).await;
+                let _ = write.reply.send(result);
+            }
+        }
         Err(e) if batch.len() > 1 && e.refused() => {
             // The database refused something in the batch: find which,
             // one write at a time.
@@ -313,6 +334,8 @@ enum Failure {
     Database(#[from] tokio_postgres::Error),
     #[error("no PostgreSQL connection: {0}")]
     NoConnection(String),
+    #[error("no answer from PostgreSQL within {TRANSACTION_TIMEOUT:?}")]
+    TimedOut,
 }
 
 impl Failure {
@@ -337,7 +360,23 @@ impl Failure {
     /// The database answered with an error (rather than the connection
     /// failing): one of the writes may be what it refused.
     fn refused(&self) -> bool {
-        matches!(self, Failure::Database(e) if e.as_db_error().is_some())
+        matches!(self, Failure::Database(e) if e.as_db_error().is_some()) && !self.fenced()
+    }
+
+    /// The transaction may or may not have committed: the connection
+    /// failed (or went quiet) instead of answering.
+    fn unknown(&self) -> bool {
+        match self {
+            Failure::Database(e) => e.as_db_error().is_none(),
+            Failure::TimedOut => true,
+            Failure::NoConnection(_) => false,
+        }
+    }
+
+    /// This replica was declared dead: every write of the batch is
+    /// refused alike.
+    fn fenced(&self) -> bool {
+        matches!(self, Failure::Database(e) if e.code().is_some_and(|c| c.code() == FENCED_SQLSTATE))
     }
 }
 
@@ -381,8 +420,11 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     let lock = client
         .prepare_cached("SELECT pg_advisory_xact_lock($1)")
         .await?;
+    let fence = client.prepare_cached(FENCE).await?;
     let tx: &tokio_postgres::Client = &client;
-    let replica = cx.replica.as_slice();
+    // One id for the whole transaction, checked by its first statement.
+    let replica = cx.standing.id();
+    let replica: &[u8] = &replica;
 
     let creates: Vec<(&Write, &EncodedTask)> = batch
         .iter()
@@ -445,6 +487,8 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     let always: Vec<bool> = announced.iter().map(|(_, t, _)| !t.by_run).collect();
 
     let begin = tx.batch_execute("BEGIN");
+    let fence_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&replica];
+    let fenced = tx.execute(&fence, &fence_params);
     let claimed = async {
         if claims.is_empty() {
             return Ok(Vec::new());
@@ -589,6 +633,7 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     // statement at its first poll, before it waits for anything.
     let (
         begun,
+        fenced,
         claimed,
         created,
         planned,
@@ -600,6 +645,7 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
         committed,
     ) = tokio::join!(
         begin,
+        fenced,
         claimed,
         created,
         planned,
@@ -613,6 +659,7 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
     // The first failure is the one to report (a later statement of an
     // aborted transaction only says it was aborted).
     begun?;
+    fenced?;
     let (claimed, created) = (claimed?, created?);
     planned?;
     let updated = updated?;
@@ -694,6 +741,105 @@ pub(super) fn parse_notification(payload: &str) -> Vec<(String, String, u64)> {
             Some((unescape(tenant), unescape(id), line.parse().ok()?))
         })
         .collect()
+}
+
+/// How long a batch's transaction may take, answers included, before its
+/// outcome is taken as unknown (and read back): past the database's own
+/// statement timeout, for a connection that went quiet.
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(35);
+/// Read-backs of a write whose outcome is unknown, and the wait before the
+/// first (doubled each time).
+const READ_BACKS: u32 = 4;
+const READ_BACK_FIRST_WAIT: Duration = Duration::from_millis(200);
+
+/// Whether `write`, sent in a transaction whose answer was lost (`lost`),
+/// committed: read back until the database answers (at most
+/// [`READ_BACKS`] times). Committed when the row holds what the write
+/// wrote (a task at the version it made with its record, a claim held by
+/// this replica); not committed when the row is as it was before. Either
+/// way, the answer is what a write answered with that outcome.
+async fn read_back(cx: &Context, write: &Write, lost: &Failure) -> Result<u64, StoreError> {
+    let mut wait = READ_BACK_FIRST_WAIT;
+    let mut last = String::new();
+    for _ in 0..READ_BACKS {
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+        match read_back_once(cx, write).await {
+            Ok(Some(answer)) => return answer,
+            Ok(None) => {
+                return Err(StoreError::Unavailable(format!(
+                    "the write did not commit: {lost}"
+                )));
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(StoreError::Unavailable(format!(
+        "whether the write committed is unknown: {lost}; reading it back failed: {last}"
+    )))
+}
+
+/// One read-back: `Some(answer)` when the write committed (or another
+/// write's outcome decides the answer), `None` when it did not commit.
+async fn read_back_once(
+    cx: &Context,
+    write: &Write,
+) -> Result<Option<Result<u64, StoreError>>, StoreError> {
+    let client = tokio::time::timeout(READ_BACK_FIRST_WAIT * 10, cx.pool.get())
+        .await
+        .map_err(|_| StoreError::Unavailable("no PostgreSQL connection".into()))?
+        .map_err(unavailable)?;
+    let tenant = write.tenant.as_bytes();
+    match &write.kind {
+        Kind::Claim(origin) => {
+            let row = client
+                .query_opt(
+                    "SELECT replica FROM origin_claims WHERE tenant = $1 AND origin = $2",
+                    &[&tenant, origin],
+                )
+                .await
+                .map_err(unavailable)?;
+            let me = cx.standing.id();
+            Ok(row.map(|r| Ok(u64::from(r.get::<_, Vec<u8>>(0) == *me))))
+        }
+        Kind::Create(task) | Kind::Update(task, _) => {
+            let row = client
+                .query_opt(
+                    "SELECT version, record FROM tasks WHERE tenant = $1 AND id = $2",
+                    &[&tenant, &task.id.as_bytes()],
+                )
+                .await
+                .map_err(unavailable)?;
+            let expected = match &write.kind {
+                Kind::Update(_, expected) => *expected,
+                _ => 0,
+            };
+            Ok(match row {
+                None if expected == 0 => None,
+                None => Some(Err(StoreError::NotFound(task.id.clone()))),
+                Some(r) => {
+                    let version = r.get::<_, i64>(0) as u64;
+                    let record: &[u8] = r.get(1);
+                    if version == expected + 1 && record == &*task.bytes {
+                        Some(Ok(version))
+                    } else if version == expected {
+                        None
+                    } else {
+                        // Written since by someone: as a refused write.
+                        Some(Err(if expected == 0 {
+                            StoreError::AlreadyExists(task.id.clone())
+                        } else {
+                            StoreError::Conflict {
+                                id: task.id.clone(),
+                                expected,
+                                actual: version,
+                            }
+                        }))
+                    }
+                }
+            })
+        }
+    }
 }
 
 /// Why the database refused a write that changed no row.
