@@ -36,6 +36,41 @@ fn cluster(action: &str) {
     assert!(status.success(), "pg_ctlcluster {action}: {status}");
 }
 
+/// PostgreSQL stopped by the test: started again when dropped, so a test
+/// that fails (panics) while it is down does not leave it down for every
+/// test after it.
+struct Stopped;
+
+impl Stopped {
+    fn cluster() -> Self {
+        cluster("stop");
+        Stopped
+    }
+
+    /// Starts it again (and checks that it started).
+    fn start(self) {
+        std::mem::forget(self);
+        cluster("start");
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // Not `cluster`: a second panic while unwinding would abort.
+        let version = std::fs::read_dir("/etc/postgresql")
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        if let Some(version) = version {
+            let started = std::process::Command::new("pg_ctlcluster")
+                .args(["--skip-systemctl-redirect", &version, "main", "start"])
+                .status();
+            eprintln!("PostgreSQL started again after a failure while it was stopped: {started:?}");
+        }
+    }
+}
+
 /// What the load saw: acknowledged task ids and refusals' codes.
 #[derive(Default)]
 struct Seen {
@@ -118,13 +153,13 @@ async fn a_postgresql_restart_under_load_is_unavailable_then_recovered() {
         })
     };
     until("sends before the restart", |s| s.acknowledged.len() >= 50).await;
-    cluster("stop");
+    let stopped = Stopped::cluster();
     until("a refusal while the database is down", |s| {
         !s.refused.is_empty()
     })
     .await;
     let before = seen.lock().await.acknowledged.len();
-    cluster("start");
+    stopped.start();
     let recovered = seen.clone();
     support::within("sends acknowledged again", async move {
         loop {

@@ -74,7 +74,9 @@ async fn replica_with(store: &str, lease: &str, more: &[&str]) -> Replica {
 /// before it has been read.
 async fn runs_of(replicas: &[&Replica], ids: &[String]) -> usize {
     let mut runs = 0;
+    // Each log read for at most WAIT in all, however many lines come.
     for r in replicas {
+        let deadline = std::time::Instant::now() + support::WAIT;
         let marker = support::user_message("marker");
         let mut g = r.grpc.clone();
         within(
@@ -83,6 +85,11 @@ async fn runs_of(replicas: &[&Replica], ids: &[String]) -> usize {
         )
         .await;
         loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the marker's run was not logged within {:?}",
+                support::WAIT
+            );
             let line = support::wait_for_line(&r.log, "agent run started");
             if line.contains(&marker.message_id) {
                 break;
@@ -453,9 +460,25 @@ async fn push_notifications_from_every_replica_are_delivered_once() {
         }
     };
     read_until(&mut lines, &sent);
-    // A duplicate would be another replica's attempt at the same entries,
-    // made as soon as the first: by a later task's last notification it
-    // would have come.
+    // A duplicate is an entry delivered again before it left the outbox
+    // (another holder's attempt, or this one's after a lost finish): once
+    // the outbox is empty, none can come that is not in flight now, and
+    // one in flight arrives before a later task's last notification.
+    let admin = outbox_reader(&store).await;
+    within("the outbox to empty", async {
+        loop {
+            let left: i64 = admin
+                .query_one("SELECT count(*) FROM push_outbox", &[])
+                .await
+                .expect("count the outbox")
+                .get(0);
+            if left == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     let last = send(&b).await;
     read_until(&mut lines, std::slice::from_ref(&last));
     while let Ok(line) = printed.try_recv() {
@@ -466,9 +489,55 @@ async fn push_notifications_from_every_replica_are_delivered_once() {
     let distinct: std::collections::HashSet<&String> = lines.iter().collect();
     assert_eq!(distinct.len(), lines.len(), "no notification twice");
     for id in &sent {
-        // WORKING, 10 updates, COMPLETED.
-        let of_task = lines.iter().filter(|l| l.contains(id.as_str())).count();
-        assert_eq!(of_task, 12, "task {id}");
+        // WORKING, 10 updates, COMPLETED, in that order.
+        let steps: Vec<u32> = lines
+            .iter()
+            .filter(|l| l.contains(id.as_str()))
+            .map(|l| fanout_step(l))
+            .collect();
+        let expected: Vec<u32> = (0..=10).chain([u32::MAX]).collect();
+        assert_eq!(steps, expected, "task {id}: its notifications in order");
+    }
+}
+
+/// A plaintext connection to the schema `store` names, to read its tables.
+async fn outbox_reader(store: &str) -> tokio_postgres::Client {
+    let (client, connection) = within(
+        "connect to the schema",
+        tokio_postgres::connect(store, tokio_postgres::NoTls),
+    )
+    .await
+    .expect("connect to the schema");
+    tokio::spawn(connection);
+    client
+}
+
+/// Where a notification of a `fanout` run comes in its order: its first
+/// WORKING 0, each numbered update its number, COMPLETED last
+/// (`u32::MAX`). Anything else fails the test.
+fn fanout_step(line: &str) -> u32 {
+    let start = line.find('{').unwrap_or_else(|| panic!("not a JSON body: {line}"));
+    let body: serde_json::Value =
+        serde_json::from_str(&line[start..]).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let number = |text: &serde_json::Value| -> u32 {
+        text.as_str()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("a numbered update: {line}"))
+    };
+    if let Some(update) = body.get("statusUpdate") {
+        let status = &update["status"];
+        match status["state"].as_str() {
+            Some("TASK_STATE_COMPLETED") => u32::MAX,
+            Some("TASK_STATE_WORKING") => match status.get("message") {
+                None => 0,
+                Some(message) => number(&message["parts"][0]["text"]),
+            },
+            other => panic!("unexpected state {other:?}: {line}"),
+        }
+    } else if let Some(update) = body.get("artifactUpdate") {
+        number(&update["artifact"]["parts"][0]["text"])
+    } else {
+        panic!("not a task update: {line}")
     }
 }
 
