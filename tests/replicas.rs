@@ -516,7 +516,9 @@ async fn outbox_reader(store: &str) -> tokio_postgres::Client {
 /// WORKING 0, each numbered update its number, COMPLETED last
 /// (`u32::MAX`). Anything else fails the test.
 fn fanout_step(line: &str) -> u32 {
-    let start = line.find('{').unwrap_or_else(|| panic!("not a JSON body: {line}"));
+    let start = line
+        .find('{')
+        .unwrap_or_else(|| panic!("not a JSON body: {line}"));
     let body: serde_json::Value =
         serde_json::from_str(&line[start..]).unwrap_or_else(|e| panic!("{e}: {line}"));
     let number = |text: &serde_json::Value| -> u32 {
