@@ -338,8 +338,16 @@ fn renewal_connection(connector: &tls::Connector, lease: Duration) -> lease::Con
                     tracing::debug!(error = %e, "the lease renewal's connection closed");
                 }
             });
+            // A renewal need not wait for the disk: one lost with a crash of
+            // the database only ends the lease sooner in the database than
+            // here, and whatever this replica writes then is fenced there
+            // (`a2a_fence`). Waiting for the WAL flush behind the writers'
+            // commits made renewals late under load (the fault harness:
+            // healthy replicas losing their lease).
             client
-                .batch_execute(&format!("SET statement_timeout = {deadline}"))
+                .batch_execute(&format!(
+                    "SET statement_timeout = {deadline}; SET synchronous_commit = off"
+                ))
                 .await
                 .map_err(unavailable)?;
             Ok(client)
