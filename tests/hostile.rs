@@ -221,6 +221,22 @@ fn what_a_caller_sends_reaches_logs_and_errors_cut_short() {
     );
 }
 
+/// The demo agents on a memory store behind `--auth` with the principals
+/// of the auth `file`, and `limits`.
+async fn server_with_principals(file: &str, limits: ConnectionLimits) -> TestServer {
+    let auth = Arc::new(Authenticator::parse(file, std::path::Path::new(".")).unwrap());
+    let manager = TaskManager::new(
+        Arc::new(MemoryStore::new()),
+        demo_router(),
+        RuntimeConfig::default(),
+    );
+    let security = a2a_lifecycle::server::Security {
+        auth: Some(auth),
+        ..Default::default()
+    };
+    TestServer::serve(manager, Default::default(), limits, security).await
+}
+
 /// A principal's `max_open_tasks` (its auth file entry): a message that
 /// would open one more of its tasks is RESOURCE_EXHAUSTED (limit
 /// `MAX_OPEN_TASKS`) on every binding, another principal is not held
@@ -233,17 +249,7 @@ async fn a_principal_opens_at_most_its_quota_of_tasks() {
         support::jwt::key_digest("bob-key"),
         support::jwt::key_digest("alice-key"),
     );
-    let auth = Arc::new(Authenticator::parse(&file, std::path::Path::new(".")).unwrap());
-    let manager = TaskManager::new(
-        Arc::new(MemoryStore::new()),
-        demo_router(),
-        RuntimeConfig::default(),
-    );
-    let security = a2a_lifecycle::server::Security {
-        auth: Some(auth),
-        ..Default::default()
-    };
-    let server = TestServer::serve(manager, Default::default(), Default::default(), security).await;
+    let server = server_with_principals(&file, Default::default()).await;
     let as_ = |key: &str| {
         support::web::Http::new(server.addr).with_header("authorization", &format!("Bearer {key}"))
     };
@@ -399,23 +405,13 @@ async fn a_principal_reading_huge_tasks_is_paced_and_others_are_not() {
         support::jwt::key_digest("hog-key"),
         support::jwt::key_digest("alice-key"),
     );
-    let auth = Arc::new(Authenticator::parse(&file, std::path::Path::new(".")).unwrap());
-    let manager = TaskManager::new(
-        Arc::new(MemoryStore::new()),
-        demo_router(),
-        RuntimeConfig::default(),
-    );
-    let security = a2a_lifecycle::server::Security {
-        auth: Some(auth),
-        ..Default::default()
-    };
     // Half a MiB a second: a 1 MiB task is two seconds of budget, the
     // burst (`pacing::READ_BURST`) two seconds.
     let limits = ConnectionLimits {
         read_bytes_per_second: 512 << 10,
         ..Default::default()
     };
-    let server = TestServer::serve(manager, Default::default(), limits, security).await;
+    let server = server_with_principals(&file, limits).await;
     let as_ = |key: &str| {
         support::web::Http::new(server.addr).with_header("authorization", &format!("Bearer {key}"))
     };
