@@ -302,6 +302,17 @@ async fn run_out_lease(admin: &tokio_postgres::Client, replica: uuid::Uuid) {
     assert_eq!(changed, 1, "the replica is registered");
 }
 
+/// Two replicas' stores with a 2 s lease on a fresh schema, and an admin
+/// connection to it; `None` when PostgreSQL is not there (and not
+/// required).
+async fn two_short_leases() -> Option<(PostgresStore, PostgresStore, tokio_postgres::Client)> {
+    let url = support::postgres::fresh_schema().await?;
+    let lease = std::time::Duration::from_secs(2);
+    let a = PostgresStore::open_with_lease(&url, lease).await.unwrap();
+    let b = PostgresStore::open_with_lease(&url, lease).await.unwrap();
+    Some((a, b, admin(&url).await))
+}
+
 /// A new task created by `message_id`'s run.
 fn created_by(task_id: &str, message_id: &str) -> a2a_lifecycle::lifecycle::TaskRecord {
     let mut message = support::user_message("hello");
@@ -321,13 +332,9 @@ fn created_by(task_id: &str, message_id: &str) -> a2a_lifecycle::lifecycle::Task
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id() {
     use a2a_lifecycle::store::{OriginClaim, StoreError};
-    let Some(url) = support::postgres::fresh_schema().await else {
+    let Some((a, b, admin)) = two_short_leases().await else {
         return;
     };
-    let lease = std::time::Duration::from_secs(2);
-    let a = PostgresStore::open_with_lease(&url, lease).await.unwrap();
-    let b = PostgresStore::open_with_lease(&url, lease).await.unwrap();
-    let admin = admin(&url).await;
     assert_eq!(
         a.claim_origin("t", "", "m1").await.unwrap(),
         OriginClaim::First
@@ -382,13 +389,9 @@ async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_holder_of_the_delivery_role_can_neither_finish_nor_defer() {
     use a2a_lifecycle::store::{DELIVERY_ROLE, EncodedTask, OutboxEntry};
-    let Some(url) = support::postgres::fresh_schema().await else {
+    let Some((a, b, admin)) = two_short_leases().await else {
         return;
     };
-    let lease = std::time::Duration::from_secs(2);
-    let a = PostgresStore::open_with_lease(&url, lease).await.unwrap();
-    let b = PostgresStore::open_with_lease(&url, lease).await.unwrap();
-    let admin = admin(&url).await;
     let record = created_by("task-1", "m1");
     let mut write = EncodedTask::new(&record);
     write.outbox = ["e1", "e2"]
