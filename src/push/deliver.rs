@@ -36,6 +36,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::egress::{Egress, Target};
+use super::fenced::{Fenced, WriteUntil};
 use crate::lifecycle::Protocol;
 use crate::proto::{StreamResponse, TaskPushNotificationConfig};
 use crate::store::{Delivery, TaskStore};
@@ -878,6 +879,9 @@ async fn attempt(
     if tenure.held_for(store) < settings.timeout {
         return (Done::StoreFailed, None);
     }
+    // Its connection writes nothing after this (a pause mid-attempt must
+    // not put a stale request on the wire once another holder may exist).
+    let deadline = Instant::now() + settings.timeout;
     let gate = lock(hosts).enter(&host, Instant::now());
     let (outcome, freed) = match gate {
         Gate::Full => return (Done::Parked(host), None),
@@ -903,7 +907,7 @@ async fn attempt(
                 v0_3_body: settings.v0_3_body.is_some(),
                 trace: &trace,
             };
-            let outcome = post(settings, pool, &host, webhook, &delivery.event).await;
+            let outcome = post(settings, pool, &host, webhook, &delivery.event, deadline).await;
             count(settings, |m| m.attempted(start.elapsed()));
             slot.leave(&outcome);
             (outcome, Some(host))
@@ -1049,14 +1053,16 @@ struct Webhook<'a> {
 }
 
 /// POSTs the event (an encoded `StreamResponse`) to the config's webhook
-/// within the timeout: as ProtoJSON (spec §4.3), or for a 0.3 client's
-/// config in 0.3's JSON form ([`Settings::v0_3_body`]).
+/// within the timeout, writing nothing after `deadline`: as ProtoJSON
+/// (spec §4.3), or for a 0.3 client's config in 0.3's JSON form
+/// ([`Settings::v0_3_body`]).
 async fn post(
     settings: &Settings,
     pool: &Pool,
     host: &Arc<str>,
     webhook: Webhook<'_>,
     event: &[u8],
+    deadline: Instant,
 ) -> Outcome {
     use prost::Message as _;
     let body = match StreamResponse::decode(event)
@@ -1068,7 +1074,8 @@ async fn post(
         Ok(body) => body,
         Err(e) => return Outcome::Final(format!("the stored event does not encode: {e}")),
     };
-    match tokio::time::timeout(settings.timeout, send(settings, pool, host, webhook, body)).await {
+    let send = send(settings, pool, host, webhook, body, deadline);
+    match tokio::time::timeout(settings.timeout, send).await {
         Ok(outcome) => outcome,
         Err(_) => Outcome::Unreachable(format!("no answer within {:?}", settings.timeout)),
     }
@@ -1080,6 +1087,7 @@ async fn send(
     host: &Arc<str>,
     webhook: Webhook<'_>,
     body: String,
+    deadline: Instant,
 ) -> Outcome {
     let target = match super::egress::parse(&webhook.config.url) {
         Ok(target) => target,
@@ -1089,13 +1097,14 @@ async fn send(
     let build = || request(&target, webhook, body.clone());
     // A kept-alive connection first: its address passed the policy when it
     // was made. If the webhook closed it meanwhile, a new one is made.
-    if let Some(sender) = pool.take(host) {
+    if let Some((sender, until)) = pool.take(host) {
         let request = match build() {
             Ok(request) => request,
             Err(e) => return Outcome::Final(e),
         };
+        until.set(deadline);
         if let Ok((answer, sender)) = exchange(sender, request).await {
-            pool.keep(host, sender);
+            pool.keep(host, sender, until);
             return classify(&answer);
         }
     }
@@ -1106,8 +1115,9 @@ async fn send(
         Err(e @ super::egress::UrlError::Refused { .. }) => return Outcome::Final(e.to_string()),
         Err(e) => return Outcome::Unreachable(e.to_string()),
     };
+    let until = WriteUntil::new(deadline);
     let tcp = match connect(&addrs).await {
-        Ok(tcp) => tcp,
+        Ok(tcp) => Fenced::new(tcp, until.clone()),
         Err(e) => return Outcome::Unreachable(format!("connect: {e}")),
     };
     let request = match build() {
@@ -1128,7 +1138,7 @@ async fn send(
     };
     match answer {
         Ok((answer, sender)) => {
-            pool.keep(host, sender);
+            pool.keep(host, sender, until);
             classify(&answer)
         }
         Err(e) => Outcome::Unreachable(e),
@@ -1136,8 +1146,9 @@ async fn send(
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
-/// A kept connection, and since when it is idle.
-type Idle = (Instant, Sender);
+/// A kept connection, since when it is idle, and the end of the time its
+/// socket may write in ([`WriteUntil`]), which the next attempt moves.
+type Idle = (Instant, Sender, Arc<WriteUntil>);
 
 /// Idle HTTP/1.1 connections kept alive per webhook host, at most
 /// [`MAX_IN_FLIGHT_PER_HOST`] each, for [`IDLE_CONNECTION`].
@@ -1147,19 +1158,19 @@ struct Pool {
 }
 
 impl Pool {
-    fn take(&self, host: &Arc<str>) -> Option<Sender> {
+    fn take(&self, host: &Arc<str>) -> Option<(Sender, Arc<WriteUntil>)> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let senders = idle.get_mut(host)?;
         let found = std::iter::from_fn(|| senders.pop())
-            .find(|(since, sender)| since.elapsed() < IDLE_CONNECTION && !sender.is_closed())
-            .map(|(_, sender)| sender);
+            .find(|(since, sender, _)| since.elapsed() < IDLE_CONNECTION && !sender.is_closed())
+            .map(|(_, sender, until)| (sender, until));
         if senders.is_empty() {
             idle.remove(host);
         }
         found
     }
 
-    fn keep(&self, host: &Arc<str>, sender: Option<Sender>) {
+    fn keep(&self, host: &Arc<str>, sender: Option<Sender>, until: Arc<WriteUntil>) {
         let Some(sender) = sender.filter(|s| !s.is_closed()) else {
             return;
         };
@@ -1172,7 +1183,7 @@ impl Pool {
         }
         let senders = idle.entry(host.clone()).or_default();
         if senders.len() < MAX_IN_FLIGHT_PER_HOST {
-            senders.push((Instant::now(), sender));
+            senders.push((Instant::now(), sender, until));
         }
     }
 
@@ -1184,7 +1195,8 @@ impl Pool {
 
 fn sweep(idle: &mut HashMap<Arc<str>, Vec<Idle>>) {
     idle.retain(|_, senders| {
-        senders.retain(|(since, sender)| since.elapsed() < IDLE_CONNECTION && !sender.is_closed());
+        senders
+            .retain(|(since, sender, _)| since.elapsed() < IDLE_CONNECTION && !sender.is_closed());
         !senders.is_empty()
     });
 }
@@ -1203,10 +1215,10 @@ async fn connect(addrs: &[std::net::SocketAddr]) -> std::io::Result<tokio::net::
     Err(last.unwrap_or_else(|| std::io::Error::other("no address")))
 }
 
-async fn tls(
-    target: &Target,
-    tcp: tokio::net::TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+async fn tls<IO>(target: &Target, tcp: IO) -> Result<tokio_rustls::client::TlsStream<IO>, String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     // Built once: the web PKI's roots do not change while serving.
     static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
         std::sync::OnceLock::new();
@@ -1367,6 +1379,72 @@ mod tests {
         for code in [301, 302, 307, 400, 401, 403, 404, 410, 422] {
             assert!(matches!(class(code), Outcome::Final(_)), "{code}");
         }
+    }
+
+    /// A request whose attempt's time ended before it was written (the
+    /// process paused past it) is never written: not on a kept connection,
+    /// not on a new one. Among replicas another holder may be delivering
+    /// the task's later events by then.
+    #[tokio::test]
+    async fn a_request_is_not_written_once_its_attempts_time_has_ended() {
+        let wait = Duration::from_secs(10);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let (tx, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(super::super::receiver::receive(
+            listener,
+            None,
+            move |n| drop(tx.send(n)),
+            shutdown.clone(),
+        ));
+        let settings = Settings {
+            egress: Egress::new(vec!["127.0.0.0/8".parse().unwrap()]),
+            ..Default::default()
+        };
+        let config = TaskPushNotificationConfig {
+            id: "c".into(),
+            url,
+            ..Default::default()
+        };
+        let webhook = Webhook {
+            config: &config,
+            protocol: Protocol::V1_0,
+            v0_3_body: false,
+            trace: "",
+        };
+        let (pool, host) = (Pool::default(), host_key(&config.url));
+        let body = || crate::json::to_string(&StreamResponse::default()).unwrap();
+        let post = |deadline| {
+            tokio::time::timeout(
+                wait,
+                send(&settings, &pool, &host, webhook, body(), deadline),
+            )
+        };
+        // In time: delivered, and its connection kept.
+        assert_eq!(
+            post(Instant::now() + wait).await.unwrap(),
+            Outcome::Delivered
+        );
+        tokio::time::timeout(wait, received.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        // Too late: the kept connection refuses to write, then a new one.
+        let late = post(Instant::now()).await.unwrap();
+        assert!(matches!(late, Outcome::Unreachable(_)), "{late:?}");
+        // The next attempt in time is delivered, and it is the only other
+        // notification the webhook got.
+        assert_eq!(
+            post(Instant::now() + wait).await.unwrap(),
+            Outcome::Delivered
+        );
+        tokio::time::timeout(wait, received.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(received.try_recv().is_err(), "the late request was written");
+        shutdown.cancel();
     }
 
     #[test]
