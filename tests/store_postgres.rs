@@ -342,10 +342,11 @@ async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id(
     let old = a.replica_id();
     let mut losses = a.lease_losses().expect("a store shared by replicas");
     run_out_lease(&admin, old).await;
-    // B declares A dead and takes the message over: its retry runs there.
+    // B declares A dead and takes the message over, told that A may have
+    // acted on it (B records its task without running it).
     assert_eq!(
         b.claim_origin("t", "", "m1").await.unwrap(),
-        OriginClaim::First
+        OriginClaim::Lost
     );
     b.create("t", &created_by("task-b", "m1")).await.unwrap();
     // A, resumed, still holds its lease by its own clock, but what it
@@ -524,4 +525,114 @@ async fn a_commit_whose_acknowledgement_is_lost_is_read_back() {
     assert_eq!(version, 2);
     let stored = store.get("t", "task-1").await.unwrap().unwrap();
     assert_eq!((stored.version, stored.record), (2, next));
+}
+
+/// Waits, once started, until its run is cancelled; counts its runs.
+struct Hanging {
+    runs: std::sync::atomic::AtomicUsize,
+    started: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl a2a_lifecycle::agent::AgentExecutor for Hanging {
+    async fn execute(
+        &self,
+        ctx: a2a_lifecycle::agent::RequestContext,
+        _sink: a2a_lifecycle::agent::EventSink,
+    ) -> Result<(), a2a_lifecycle::agent::AgentError> {
+        self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.started.notify_one();
+        ctx.cancelled.cancelled().await;
+        Ok(())
+    }
+}
+
+/// An agent's run for a message id happens at most once (issue "replicas
+/// under real faults"): a replica declared dead while its agent ran a new
+/// message, before the message's task was stored, may have acted on it,
+/// so the replica the client's retry reaches does not run it again. It
+/// records the message's task as FAILED, saying why, and answers every
+/// repeat with that task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_lost_with_its_replica_is_recorded_failed_not_run_again() {
+    use a2a_lifecycle::agent::AgentRouter;
+    use a2a_lifecycle::lifecycle::HistoryLength;
+    use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+    use a2a_lifecycle::store::Caller;
+    use std::sync::atomic::Ordering;
+
+    let Some((a, b, admin)) = two_short_leases().await else {
+        return;
+    };
+    let dead = a.replica_id();
+    let agent = || {
+        Arc::new(Hanging {
+            runs: Default::default(),
+            started: tokio::sync::Notify::new(),
+        })
+    };
+    let (on_a, on_b) = (agent(), agent());
+    let replica = |store: PostgresStore, agent: Arc<Hanging>| {
+        TaskManager::new(
+            Arc::new(store),
+            AgentRouter::new().with("", agent),
+            RuntimeConfig::default(),
+        )
+    };
+    let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
+    let mut message = support::user_message("deploy to production");
+    message.message_id = "m-lost".into();
+    let send = |manager: TaskManager| {
+        let message = message.clone();
+        async move {
+            manager
+                .send_message(
+                    "",
+                    &Caller::ANONYMOUS,
+                    MessageRequest::from(message),
+                    HistoryLength::All,
+                    false,
+                )
+                .await
+        }
+    };
+    // A's agent takes the message, and A's lease runs out before the
+    // agent's first event (so before the task is stored).
+    let started = on_a.started.notified();
+    let on_a_side = tokio::spawn(send(a.clone()));
+    support::within("A's agent starts", started).await;
+    run_out_lease(&admin, dead).await;
+    // The client's retry reaches B.
+    let retried = support::within("the retry on B", send(b.clone()))
+        .await
+        .unwrap();
+    let SendOutcome::Task(handle) = retried else {
+        panic!("the retry was answered with a message");
+    };
+    let task = support::within("the task settles", b.wait(*handle))
+        .await
+        .unwrap();
+    assert_eq!(
+        support::state_of(&task),
+        a2a_lifecycle::proto::TaskState::Failed
+    );
+    assert_eq!(
+        support::status_text(&task),
+        a2a_lifecycle::runtime::LOST_MESSAGE_FAILURE
+    );
+    assert_eq!(task.history[0].message_id, "m-lost");
+    assert_eq!(
+        on_b.runs.load(Ordering::SeqCst),
+        0,
+        "B ran the message again"
+    );
+    assert_eq!(on_a.runs.load(Ordering::SeqCst), 1);
+    // Every repeat gets the same task, still without a run.
+    let SendOutcome::Task(again) = support::within("a repeat", send(b.clone())).await.unwrap()
+    else {
+        panic!("the repeat was answered with a message");
+    };
+    assert_eq!(again.snapshot.id, task.id);
+    assert_eq!(on_b.runs.load(Ordering::SeqCst), 0);
+    on_a_side.abort();
 }

@@ -235,6 +235,17 @@ pub(crate) struct OriginClaim {
     stored: Option<StoredClaim>,
 }
 
+/// What claiming a new message in the store came to.
+enum Claimed {
+    /// This request runs it.
+    Run(OriginClaim),
+    /// A replica declared dead was answering it: this request records its
+    /// task as FAILED without running it ([`run::record_lost`]).
+    Lost(OriginClaim),
+    /// It already created this task.
+    Task(String),
+}
+
 /// A new message's claim in the store.
 struct StoredClaim {
     tenant: String,
@@ -623,18 +634,31 @@ impl TaskManager {
                     Err(_) => continue,
                 },
             };
-            let claim = match self
+            let (claim, lost) = match self
                 .claim_in_store(tenant, caller, &message_id, claim)
                 .await?
             {
-                Ok(claim) => claim,
-                Err(id) => {
+                Claimed::Run(claim) => (claim, false),
+                Claimed::Lost(claim) => (claim, true),
+                Claimed::Task(id) => {
                     return self
                         .live(tenant, &id)
                         .duplicate_handle(&self.shared, history, subscribe)
                         .await;
                 }
             };
+            if lost {
+                return run::record_lost(
+                    &self.shared,
+                    tenant,
+                    &caller.name,
+                    request,
+                    history,
+                    subscribe,
+                    claim,
+                )
+                .await;
+            }
             return run::start_new(
                 &self.shared,
                 tenant,
@@ -648,18 +672,16 @@ impl TaskManager {
         }
     }
 
-    /// Claims a new message in the store, after this process's own claim:
-    /// `Ok` with the claim when this request runs it, `Err` with the task
-    /// it already created. While another replica answers it (a store
-    /// shared by replicas) this waits, and gives up after
-    /// [`MAX_ORIGIN_WAIT`].
+    /// Claims a new message in the store, after this process's own claim.
+    /// While another replica answers it (a store shared by replicas) this
+    /// waits, and gives up after [`MAX_ORIGIN_WAIT`].
     async fn claim_in_store(
         &self,
         tenant: &str,
         caller: &Caller,
         message_id: &str,
         mut claim: OriginClaim,
-    ) -> Result<Result<OriginClaim, String>, A2aError> {
+    ) -> Result<Claimed, A2aError> {
         let store = &self.shared.store;
         let started = tokio::time::Instant::now();
         let mut delay = ORIGIN_RETRY_FIRST;
@@ -669,7 +691,7 @@ impl TaskManager {
                 .await
                 .map_err(store_error)?
             {
-                StoreClaim::First => {
+                first @ (StoreClaim::First | StoreClaim::Lost) => {
                     // Only a store shared by replicas holds claims to
                     // release; the others' answer was a lookup.
                     if self.shared.replicated {
@@ -679,12 +701,15 @@ impl TaskManager {
                             message_id: message_id.to_owned(),
                         });
                     }
-                    return Ok(Ok(claim));
+                    return Ok(match first {
+                        StoreClaim::Lost => Claimed::Lost(claim),
+                        _ => Claimed::Run(claim),
+                    });
                 }
                 StoreClaim::Task(stored) => {
                     let id = stored.record.task.id.clone();
                     claim.resolve(OriginOutcome::Task(id.clone()));
-                    return Ok(Err(id));
+                    return Ok(Claimed::Task(id));
                 }
                 StoreClaim::Elsewhere if started.elapsed() >= MAX_ORIGIN_WAIT => {
                     return Err(A2aError::Unavailable(format!(
@@ -1006,6 +1031,14 @@ impl TaskManager {
 /// ran them is gone.
 pub const RESTART_FAILURE: &str =
     "The server restarted while this task was active; its run was lost. Send the request again.";
+
+/// The status message of the task recorded for a new message whose
+/// replica was declared dead while it answered it, before its task was
+/// stored: the agent there may have acted on it, so it is not run again
+/// (`run::record_lost`).
+pub const LOST_MESSAGE_FAILURE: &str = "The replica answering this message stopped before \
+     its task was stored. Whether the agent acted on the message is not known, so it was not \
+     run again. To run it, send it again with a new messageId.";
 
 impl TaskManager {
     /// Start-up recovery: tasks left SUBMITTED or WORKING by a previous

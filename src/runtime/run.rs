@@ -15,7 +15,7 @@ use tracing::Instrument;
 use super::answer::Reply;
 use super::live::RunRequest;
 use super::sink::{RunSink, SinkInner, SinkMode};
-use super::{OriginClaim, SendOutcome, Shared, TaskKey};
+use super::{LOST_MESSAGE_FAILURE, OriginClaim, SendOutcome, Shared, TaskKey};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::HistoryLength;
@@ -33,6 +33,62 @@ pub(super) async fn start_new(
     subscribe: bool,
     claim: OriginClaim,
 ) -> Result<SendOutcome, A2aError> {
+    let run = new_run(shared, tenant, owner, request, history, subscribe, claim);
+    spawn(shared, run.agent, run.ctx, run.mode, &run.trace);
+    answer(run.answer).await
+}
+
+/// A message whose replica was declared dead while it answered it
+/// ([`crate::store::OriginClaim::Lost`]): its task is created FAILED with
+/// [`LOST_MESSAGE_FAILURE`], and the agent is not run. The agent's run on
+/// the dead replica may have begun (its side effects, if any, happened);
+/// running the message here too would run it twice. Every repeat of the
+/// message is then answered with this task.
+pub(super) async fn record_lost(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    owner: &str,
+    request: RunRequest,
+    history: HistoryLength,
+    subscribe: bool,
+    claim: OriginClaim,
+) -> Result<SendOutcome, A2aError> {
+    let run = new_run(shared, tenant, owner, request, history, subscribe, claim);
+    let (span, carried) = run.trace.start(
+        &run.ctx.tenant,
+        &run.ctx.task_id,
+        &run.ctx.context_id,
+        shared.agent_label(&run.ctx.tenant),
+    );
+    tracing::warn!(parent: &span, task_id = %run.ctx.task_id, message_id = %run.ctx.message.message_id,
+        "the replica answering this message was declared dead before storing its task: recorded FAILED, not run again");
+    let sink = sink(shared, &run.ctx, run.mode, carried.map(|t| t.to_string()));
+    sink.finish(Some(LOST_MESSAGE_FAILURE.to_owned()))
+        .instrument(span)
+        .await;
+    answer(run.answer).await
+}
+
+/// A run for a message without a task id, ready to start: the task's ids
+/// chosen, its sink waiting for the first event, and the request's answer
+/// to come.
+struct NewRun {
+    agent: Arc<dyn AgentExecutor>,
+    ctx: RequestContext,
+    mode: SinkMode,
+    trace: RunTrace,
+    answer: oneshot::Receiver<Result<SendOutcome, A2aError>>,
+}
+
+fn new_run(
+    shared: &Arc<Shared>,
+    tenant: &str,
+    owner: &str,
+    request: RunRequest,
+    history: HistoryLength,
+    subscribe: bool,
+    claim: OriginClaim,
+) -> NewRun {
     let RunRequest {
         agent,
         mut message,
@@ -52,7 +108,7 @@ pub(super) async fn start_new(
     }
     message.task_id = task_id.clone();
     crate::telemetry::record_call("", &task_id, &message.context_id);
-    let (tx, rx) = oneshot::channel();
+    let (tx, answer) = oneshot::channel();
     let ctx = RequestContext {
         tenant: tenant.to_owned(),
         task_id: task_id.clone(),
@@ -71,8 +127,19 @@ pub(super) async fn start_new(
         subscribe,
         reply: Some(Reply::new(tx, Some(claim))),
     };
-    spawn(shared, agent, ctx, mode, &trace);
-    rx.await.unwrap_or_else(|_| {
+    NewRun {
+        agent,
+        ctx,
+        mode,
+        trace,
+        answer,
+    }
+}
+
+async fn answer(
+    answer: oneshot::Receiver<Result<SendOutcome, A2aError>>,
+) -> Result<SendOutcome, A2aError> {
+    answer.await.unwrap_or_else(|_| {
         Err(A2aError::Internal(
             "the agent run ended without an answer".into(),
         ))
@@ -96,19 +163,7 @@ pub(super) fn spawn(
     );
     // The task named here too: text lines leave the span out by default.
     tracing::debug!(parent: &span, task_id = %ctx.task_id, message_id = %ctx.message.message_id, "agent run started");
-    let sink = RunSink {
-        inner: Arc::new(SinkInner {
-            shared: shared.clone(),
-            key: TaskKey {
-                tenant: ctx.tenant.clone(),
-                id: ctx.task_id.clone(),
-            },
-            context_id: ctx.context_id.clone(),
-            cancel: ctx.cancelled.clone(),
-            mode: Mutex::new(mode),
-            trace: carried.map(|t| t.to_string()),
-        }),
-    };
+    let sink = sink(shared, &ctx, mode, carried.map(|t| t.to_string()));
     let timeout = shared.config.task_timeout;
     let running = RunningGuard::new(shared, &sink.inner.key);
     let counted = shared.config.metrics.as_ref().map(|m| m.tasks.run());
@@ -153,6 +208,28 @@ pub(super) fn spawn(
         }
         .instrument(span),
     );
+}
+
+/// The sink of a run on `ctx`, starting in `mode`.
+fn sink(
+    shared: &Arc<Shared>,
+    ctx: &RequestContext,
+    mode: SinkMode,
+    trace: Option<String>,
+) -> RunSink {
+    RunSink {
+        inner: Arc::new(SinkInner {
+            shared: shared.clone(),
+            key: TaskKey {
+                tenant: ctx.tenant.clone(),
+                id: ctx.task_id.clone(),
+            },
+            context_id: ctx.context_id.clone(),
+            cancel: ctx.cancelled.clone(),
+            mode: Mutex::new(mode),
+            trace,
+        }),
+    }
 }
 
 /// Counts a run among the server's running ones until its task ends (see

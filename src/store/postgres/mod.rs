@@ -640,21 +640,27 @@ impl TaskStore for PostgresStore {
         // can its claim be taken over (and it can never write under it).
         reap(&client).await?;
         let me = self.standing.id();
+        // `before` is the row as it was: whose claim this was.
         let taken_over = client
-            .execute(
-                "UPDATE origin_claims SET replica = $3 FROM (SELECT a2a_fence($3)) f \
-                 WHERE tenant = $1 AND origin = $2 \
-                 AND (replica = $3 OR replica NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
-                 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2)",
+            .query_opt(
+                "UPDATE origin_claims c SET replica = $3 \
+                 FROM origin_claims before, (SELECT a2a_fence($3)) f \
+                 WHERE c.tenant = $1 AND c.origin = $2 \
+                 AND before.tenant = c.tenant AND before.origin = c.origin \
+                 AND (c.replica = $3 OR c.replica NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
+                 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2) \
+                 RETURNING before.replica = $3",
                 &[&tenant.as_bytes(), &key, &&*me],
             )
             .await
             .map_err(unavailable)?;
-        Ok(match taken_over {
-            1 => OriginClaim::First,
+        Ok(match taken_over.map(|row| row.get::<_, bool>(0)) {
+            Some(true) => OriginClaim::First,
+            // A dead replica's: its agent may have acted on the message.
+            Some(false) => OriginClaim::Lost,
             // Still answered elsewhere, or its task was just created, or
             // the claim just released: asked again, each settles.
-            _ => OriginClaim::Elsewhere,
+            None => OriginClaim::Elsewhere,
         })
     }
 
