@@ -135,6 +135,17 @@ async fn a_message_is_claimed_by_one_replica() {
         b.claim_origin("t", "", "m2").await.unwrap(),
         OriginClaim::First
     );
+    // A run that ended without its task stored keeps its claim: claimed
+    // again, by the same replica too, it is lost (its agent may have
+    // acted), not run again.
+    assert_eq!(
+        b.claim_origin("t", "", "m2").await.unwrap(),
+        OriginClaim::Lost
+    );
+    assert_eq!(
+        a.claim_origin("t", "", "m2").await.unwrap(),
+        OriginClaim::Elsewhere
+    );
 }
 
 /// A task's runs are claimed by one replica at a time: a create holds

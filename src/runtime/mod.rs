@@ -239,7 +239,8 @@ pub(crate) struct OriginClaim {
 enum Claimed {
     /// This request runs it.
     Run(OriginClaim),
-    /// A replica declared dead was answering it: this request records its
+    /// A run of it ended without its task stored (its replica declared
+    /// dead, or the store refusing the create): this request records its
     /// task as FAILED without running it ([`run::record_lost`]).
     Lost(OriginClaim),
     /// It already created this task.
@@ -263,7 +264,12 @@ pub const MAX_ORIGIN_WAIT: Duration = Duration::from_secs(30);
 
 impl OriginClaim {
     pub(crate) fn resolve(mut self, outcome: OriginOutcome) {
-        if matches!(outcome, OriginOutcome::Task(_)) {
+        // Only a direct reply gives the claim in the store back (the
+        // message may run again). A task keeps it. So does a run whose
+        // task was not stored: its agent may have acted on the message,
+        // and a repeat, here or on another replica, then records the task
+        // as lost instead of running the agent twice (`OriginClaim::Lost`).
+        if !matches!(outcome, OriginOutcome::Message(_)) {
             self.stored = None;
         }
         for waiter in self.release() {
@@ -288,7 +294,8 @@ impl Drop for OriginClaim {
     fn drop(&mut self) {
         // Waiters see their sender dropped and start over.
         drop(self.release());
-        // No task came of the message: another replica may run it.
+        // A direct reply, or no run came of the claim: the message may
+        // run again, here or on another replica.
         if let Some(claim) = self.stored.take() {
             let store = self.shared.store.clone();
             tokio::spawn(async move {
@@ -1032,13 +1039,14 @@ impl TaskManager {
 pub const RESTART_FAILURE: &str =
     "The server restarted while this task was active; its run was lost. Send the request again.";
 
-/// The status message of the task recorded for a new message whose
-/// replica was declared dead while it answered it, before its task was
-/// stored: the agent there may have acted on it, so it is not run again
-/// (`run::record_lost`).
-pub const LOST_MESSAGE_FAILURE: &str = "The replica answering this message stopped before \
-     its task was stored. Whether the agent acted on the message is not known, so it was not \
-     run again. To run it, send it again with a new messageId.";
+/// The status message of the task recorded for a new message whose run
+/// ended without its task stored (its replica declared dead, or the store
+/// refusing the create): the agent may have acted on it, so it is not run
+/// again (`run::record_lost`).
+pub const LOST_MESSAGE_FAILURE: &str = "An earlier run of this message ended before its \
+     task was stored (the replica running it stopped, or could not write). Whether the agent \
+     acted on the message is not known, so it was not run again. To run it, send it again \
+     with a new messageId.";
 
 impl TaskManager {
     /// Start-up recovery: tasks left SUBMITTED or WORKING by a previous

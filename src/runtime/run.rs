@@ -38,12 +38,13 @@ pub(super) async fn start_new(
     answer(run.answer).await
 }
 
-/// A message whose replica was declared dead while it answered it
-/// ([`crate::store::OriginClaim::Lost`]): its task is created FAILED with
-/// [`LOST_MESSAGE_FAILURE`], and the agent is not run. The agent's run on
-/// the dead replica may have begun (its side effects, if any, happened);
-/// running the message here too would run it twice. Every repeat of the
-/// message is then answered with this task.
+/// A message an earlier run of which ended without its task stored
+/// ([`crate::store::OriginClaim::Lost`]: its replica declared dead, or the
+/// store refusing the create): its task is created FAILED with
+/// [`LOST_MESSAGE_FAILURE`], and the agent is not run. The earlier run's
+/// agent may have acted (its side effects, if any, happened); running the
+/// message again would run it twice. Every repeat of the message is then
+/// answered with this task.
 pub(super) async fn record_lost(
     shared: &Arc<Shared>,
     tenant: &str,
@@ -61,7 +62,7 @@ pub(super) async fn record_lost(
         shared.agent_label(&run.ctx.tenant),
     );
     tracing::warn!(parent: &span, task_id = %run.ctx.task_id, message_id = %run.ctx.message.message_id,
-        "the replica answering this message was declared dead before storing its task: recorded FAILED, not run again");
+        "an earlier run of this message ended without its task stored: recorded FAILED, not run again");
     let sink = sink(shared, &run.ctx, run.mode, carried.map(|t| t.to_string()));
     sink.finish(Some(LOST_MESSAGE_FAILURE.to_owned()))
         .instrument(span)

@@ -324,12 +324,12 @@ pub enum OriginClaim {
     Task(Box<StoredTask>),
     /// Another replica is answering the message now: ask again shortly.
     Elsewhere,
-    /// A replica that was answering the message was declared dead before
-    /// its task was stored: whether its agent acted on the message is not
-    /// known. The caller holds the claim now, and must not run the message
-    /// again (an agent's run for a message id happens at most once); it
-    /// records the message's task as FAILED instead. Only a store shared
-    /// by replicas answers this.
+    /// A run of the message ended without its task stored: on a replica
+    /// declared dead, or on this one (a create the store refused). Whether
+    /// its agent acted on the message is not known. The caller holds the
+    /// claim now, and must not run the message again (an agent's run for
+    /// a message id happens at most once); it records the message's task
+    /// as FAILED instead. Only a store shared by replicas answers this.
     Lost,
 }
 

@@ -583,7 +583,28 @@ pub fn check(input: &Input<'_>) -> Report {
                 evidence(),
             );
         }
-        if s.acked && s.kind == MessageKind::New && s.answered_task.is_some() && of.is_empty() {
+        // A task recorded as lost (an earlier run ended before the task
+        // was stored; at most one run per message) has no run by design.
+        let recorded_lost = s
+            .answered_task
+            .as_ref()
+            .and_then(|id| input.tasks.get(id.as_str()))
+            .is_some_and(|(_, t)| {
+                task_state(t) == TaskState::Failed
+                    && t.status
+                        .as_ref()
+                        .and_then(|st| st.message.as_ref())
+                        .is_some_and(|m| {
+                            a2a_lifecycle::agent::message_text(m)
+                                == a2a_lifecycle::runtime::LOST_MESSAGE_FAILURE
+                        })
+            });
+        if s.acked
+            && s.kind == MessageKind::New
+            && s.answered_task.is_some()
+            && of.is_empty()
+            && !recorded_lost
+        {
             push(
                 &mut v,
                 Check::Runs,

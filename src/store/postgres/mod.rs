@@ -628,9 +628,11 @@ impl TaskStore for PostgresStore {
             return Ok(OriginClaim::First);
         }
         // Taken: by the task the message created, by a replica answering
-        // it now, or by one that died before it did (its claim is taken
-        // over; so is this replica's own, which nothing here answers: the
-        // runtime claims in memory first).
+        // it now, or by a run that ended without its task stored: a dead
+        // replica's, or this replica's own (the runtime claims in memory
+        // first, so an own claim found here is a run that is over). That
+        // run's agent may have acted on the message: the claim is taken
+        // over as lost.
         if let Some(task) = self.find_by_origin(tenant, owner, message_id).await? {
             return Ok(OriginClaim::Task(Box::new(task)));
         }
@@ -640,27 +642,21 @@ impl TaskStore for PostgresStore {
         // can its claim be taken over (and it can never write under it).
         reap(&client).await?;
         let me = self.standing.id();
-        // `before` is the row as it was: whose claim this was.
         let taken_over = client
-            .query_opt(
-                "UPDATE origin_claims c SET replica = $3 \
-                 FROM origin_claims before, (SELECT a2a_fence($3)) f \
-                 WHERE c.tenant = $1 AND c.origin = $2 \
-                 AND before.tenant = c.tenant AND before.origin = c.origin \
-                 AND (c.replica = $3 OR c.replica NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
-                 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2) \
-                 RETURNING before.replica = $3",
+            .execute(
+                "UPDATE origin_claims SET replica = $3 FROM (SELECT a2a_fence($3)) f \
+                 WHERE tenant = $1 AND origin = $2 \
+                 AND (replica = $3 OR replica NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
+                 AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = $1 AND t.origin = $2)",
                 &[&tenant.as_bytes(), &key, &&*me],
             )
             .await
             .map_err(unavailable)?;
-        Ok(match taken_over.map(|row| row.get::<_, bool>(0)) {
-            Some(true) => OriginClaim::First,
-            // A dead replica's: its agent may have acted on the message.
-            Some(false) => OriginClaim::Lost,
+        Ok(match taken_over {
+            1 => OriginClaim::Lost,
             // Still answered elsewhere, or its task was just created, or
             // the claim just released: asked again, each settles.
-            None => OriginClaim::Elsewhere,
+            _ => OriginClaim::Elsewhere,
         })
     }
 
