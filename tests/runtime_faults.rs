@@ -6,7 +6,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use a2a_lifecycle::wkt::Timestamp;
@@ -50,6 +50,24 @@ struct Flaky {
     fail: AtomicBool,
     /// Every update is refused while set (the disk stays full).
     down: AtomicBool,
+    /// Every read of a task is refused while set (the database restarts).
+    unreadable: AtomicBool,
+    /// Reads refused so far, and a signal at each.
+    refused_reads: AtomicUsize,
+    read_refused: tokio::sync::Notify,
+}
+
+impl Flaky {
+    fn new() -> Arc<Self> {
+        Arc::new(Flaky {
+            inner: MemoryStore::new(),
+            fail: AtomicBool::new(false),
+            down: AtomicBool::new(false),
+            unreadable: AtomicBool::new(false),
+            refused_reads: AtomicUsize::new(0),
+            read_refused: tokio::sync::Notify::new(),
+        })
+    }
 }
 
 #[async_trait]
@@ -86,6 +104,11 @@ impl TaskStore for Flaky {
         self.inner.defer_delivery(seq, attempts, at).await
     }
     async fn get(&self, t: &str, id: &str) -> Result<Option<StoredTask>, StoreError> {
+        if self.unreadable.load(Ordering::SeqCst) {
+            self.refused_reads.fetch_add(1, Ordering::SeqCst);
+            self.read_refused.notify_one();
+            return Err(StoreError::Unavailable("early eof (injected)".into()));
+        }
         self.inner.get(t, id).await
     }
     async fn update_encoded(&self, t: &str, task: &EncodedTask, v: u64) -> Result<u64, StoreError> {
@@ -118,11 +141,7 @@ impl TaskStore for Flaky {
 }
 
 async fn flaky_server() -> (TestServer, Arc<Flaky>) {
-    let store = Arc::new(Flaky {
-        inner: MemoryStore::new(),
-        fail: AtomicBool::new(false),
-        down: AtomicBool::new(false),
-    });
+    let store = Flaky::new();
     let server = TestServer::start_full(
         store.clone(),
         AgentRouter::new().with("", Arc::new(Asking)),
@@ -285,11 +304,7 @@ impl AgentExecutor for Gated {
 /// status message naming the store's error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
-    let store = Arc::new(Flaky {
-        inner: MemoryStore::new(),
-        fail: AtomicBool::new(false),
-        down: AtomicBool::new(false),
-    });
+    let store = Flaky::new();
     let agent = Arc::new(Gated {
         gate: tokio::sync::Notify::new(),
         working: tokio::sync::Notify::new(),
@@ -331,4 +346,102 @@ async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
         status_text(&failed)
     );
     server.stop().await;
+}
+
+/// `hold`: WORKING until the gate opens, then INPUT_REQUIRED, then (the
+/// gate again) one more status, which the test has the store refuse.
+/// `answer`: COMPLETED.
+struct Interrupting {
+    gate: tokio::sync::Notify,
+    working: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl AgentExecutor for Interrupting {
+    async fn execute(&self, ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        if ctx.text() == "answer" {
+            sink.status(TaskState::Completed, Some("answered")).await?;
+            return Ok(());
+        }
+        sink.status(TaskState::Working, None).await?;
+        self.working.notify_one();
+        self.gate.notified().await;
+        sink.status(TaskState::InputRequired, Some("more?")).await?;
+        self.gate.notified().await;
+        sink.status(TaskState::InputRequired, Some("still there?"))
+            .await?;
+        Ok(())
+    }
+}
+
+/// A follow-up queued behind a run is not dropped when the task cannot be
+/// read as that run ends (the store restarting): it runs once the task can
+/// be read again. (The fault harness saw an acknowledged follow-up never
+/// run after PostgreSQL restarted: "queued runs dropped: task unreadable".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_follow_up_runs_after_the_store_could_not_be_read() {
+    let store = Flaky::new();
+    let agent = Arc::new(Interrupting {
+        gate: tokio::sync::Notify::new(),
+        working: tokio::sync::Notify::new(),
+    });
+    let server = TestServer::start_full(
+        store.clone(),
+        AgentRouter::new().with("", agent.clone()),
+        RuntimeConfig::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    let task = within(
+        "send",
+        send_task(&mut client, request("", user_message("hold"), true)),
+    )
+    .await;
+    within("working", agent.working.notified()).await;
+    let mut stream = within(
+        "subscribe",
+        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
+            tenant: String::new(),
+            id: task.id.clone(),
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    // The follow-up: queued behind the running run, committed.
+    let queued = within(
+        "the follow-up",
+        send_task(&mut client, request("", on(&task, "answer"), true)),
+    )
+    .await;
+    assert_eq!(state_of(&queued), TaskState::Working);
+    // The run asks for input (committed) ...
+    agent.gate.notify_one();
+    loop {
+        let event = within("the question", stream.message())
+            .await
+            .unwrap()
+            .expect("the stream ended before the question");
+        if describe(&event) == "status:TASK_STATE_INPUT_REQUIRED" {
+            break;
+        }
+    }
+    // ... then the store goes away, the run's last status is refused, and
+    // the run ends while the task cannot be read.
+    store.down.store(true, Ordering::SeqCst);
+    store.unreadable.store(true, Ordering::SeqCst);
+    agent.gate.notify_one();
+    // The run's end reads the task at most four times by itself (the
+    // reload after the refused write, the end's checks, the dispatch of
+    // the queue); more reads are the queued run's retries. A queue dropped
+    // at the first refused read makes no more, and this wait times out.
+    while store.refused_reads.load(Ordering::SeqCst) < 6 {
+        within("a retried read", store.read_refused.notified()).await;
+    }
+    store.down.store(false, Ordering::SeqCst);
+    store.unreadable.store(false, Ordering::SeqCst);
+    // The queued follow-up runs once the task can be read again.
+    let (_, answered) = settled(&mut client, "", &task.id).await;
+    assert_eq!(state_of(&answered), TaskState::Completed, "{answered:?}");
+    assert_eq!(status_text(&answered), "answered");
 }

@@ -1378,24 +1378,73 @@ impl LiveTask {
         self.progress
             .send_modify(|p| p.runs_finished = p.runs_finished.max(ended));
         self.watch_if_followed(shared);
+        if let Err(e) = self.try_dispatch(shared).await {
+            // Read again with backoff, off the run that ended.
+            tracing::warn!(task_id = %self.key.id, error = %e, "queued runs wait: task unreadable; reading it again");
+            tokio::spawn(self.clone().dispatch_when_readable(shared.clone()));
+        }
+    }
+
+    /// Starts the next queued run if the task can be read; the store's
+    /// error when it cannot and a queued run waits. A task that no longer
+    /// exists (purged, or never stored) drops its queue: its waiters are
+    /// told their runs ended.
+    async fn try_dispatch(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), A2aError> {
         match self.lock_loaded(shared).await {
             Ok(mut guard) => {
                 let loaded = guard.as_mut().expect("loaded");
                 self.dispatch_locked(shared, loaded);
+                Ok(())
             }
-            Err(e) => {
-                // The task cannot be read: its queued messages cannot be
-                // run against it. Their waiters are told they ended.
-                tracing::error!(task_id = %self.key.id, error = %e, "queued runs dropped: task unreadable");
-                let dropped = {
-                    let mut runs = self.runs();
-                    runs.queue.clear();
-                    runs.reserved
-                };
-                self.progress
-                    .send_modify(|p| p.runs_finished = p.runs_finished.max(dropped));
+            Err(e) if self.runs().queue.is_empty() => {
+                tracing::debug!(task_id = %self.key.id, error = %e, "task unreadable after its run; nothing queued");
+                Ok(())
             }
+            Err(e @ A2aError::TaskNotFound { .. }) => {
+                tracing::error!(task_id = %self.key.id, error = %e, "queued runs dropped: task not found");
+                self.drop_queue();
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
+    }
+
+    /// Reads the task again, with backoff, until its queued runs can be
+    /// dispatched. Its queued messages are committed and acknowledged:
+    /// dropping them because the store could not be read for a moment (a
+    /// restart, a cut, this replica's lease lapsed) would leave them in
+    /// history unanswered for good (measured by the fault harness: an
+    /// acknowledged follow-up never ran after "early eof" from a
+    /// restarting PostgreSQL). Shutdown drops them, as it ends every run.
+    async fn dispatch_when_readable(self: Arc<Self>, shared: Arc<Shared>) {
+        let mut delay = FAIL_RETRY_FIRST;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shared.shutdown.cancelled() => {
+                    self.drop_queue();
+                    return;
+                }
+            }
+            match self.try_dispatch(&shared).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(task_id = %self.key.id, error = %e, retry_in = ?delay, "queued runs still wait: task unreadable");
+                }
+            }
+            delay = (delay * 2).min(FAIL_RETRY_MAX);
+        }
+    }
+
+    /// Drops every queued run; their waiters are told they ended.
+    fn drop_queue(&self) {
+        let dropped = {
+            let mut runs = self.runs();
+            runs.queue.clear();
+            runs.reserved
+        };
+        self.progress
+            .send_modify(|p| p.runs_finished = p.runs_finished.max(dropped));
     }
 
     /// Starts the next queued run when none is active and its message is
