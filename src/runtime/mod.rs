@@ -655,7 +655,9 @@ impl TaskManager {
                 }
             };
             if lost {
-                return run::record_lost(
+                // Boxed: a rare path whose future would otherwise make every
+                // send's future larger (copied as it is moved).
+                return Box::pin(run::record_lost(
                     &self.shared,
                     tenant,
                     &caller.name,
@@ -663,7 +665,7 @@ impl TaskManager {
                     history,
                     subscribe,
                     claim,
-                )
+                ))
                 .await;
             }
             return run::start_new(
