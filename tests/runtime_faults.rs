@@ -141,10 +141,14 @@ impl TaskStore for Flaky {
 }
 
 async fn flaky_server() -> (TestServer, Arc<Flaky>) {
+    flaky_server_with(Arc::new(Asking)).await
+}
+
+async fn flaky_server_with(agent: Arc<dyn AgentExecutor>) -> (TestServer, Arc<Flaky>) {
     let store = Flaky::new();
     let server = TestServer::start_full(
         store.clone(),
-        AgentRouter::new().with("", Arc::new(Asking)),
+        AgentRouter::new().with("", agent),
         RuntimeConfig::default(),
     )
     .await;
@@ -304,17 +308,11 @@ impl AgentExecutor for Gated {
 /// status message naming the store's error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
-    let store = Flaky::new();
     let agent = Arc::new(Gated {
         gate: tokio::sync::Notify::new(),
         working: tokio::sync::Notify::new(),
     });
-    let server = TestServer::start_full(
-        store.clone(),
-        AgentRouter::new().with("", agent.clone()),
-        RuntimeConfig::default(),
-    )
-    .await;
+    let (server, store) = flaky_server_with(agent.clone()).await;
     let mut client = server.client().await;
     let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
     store.down.store(true, Ordering::SeqCst);
@@ -348,7 +346,7 @@ async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
     server.stop().await;
 }
 
-/// `hold`: WORKING until the gate opens, then INPUT_REQUIRED, then (the
+/// Any text but `answer`: WORKING until the gate opens, then INPUT_REQUIRED, then (the
 /// gate again) one more status, which the test has the store refuse.
 /// `answer`: COMPLETED.
 struct Interrupting {
@@ -380,34 +378,13 @@ impl AgentExecutor for Interrupting {
 /// run after PostgreSQL restarted: "queued runs dropped: task unreadable".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_follow_up_runs_after_the_store_could_not_be_read() {
-    let store = Flaky::new();
     let agent = Arc::new(Interrupting {
         gate: tokio::sync::Notify::new(),
         working: tokio::sync::Notify::new(),
     });
-    let server = TestServer::start_full(
-        store.clone(),
-        AgentRouter::new().with("", agent.clone()),
-        RuntimeConfig::default(),
-    )
-    .await;
+    let (server, store) = flaky_server_with(agent.clone()).await;
     let mut client = server.client().await;
-    let task = within(
-        "send",
-        send_task(&mut client, request("", user_message("hold"), true)),
-    )
-    .await;
-    within("working", agent.working.notified()).await;
-    let mut stream = within(
-        "subscribe",
-        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
-        }),
-    )
-    .await
-    .unwrap()
-    .into_inner();
+    let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
     // The follow-up: queued behind the running run, committed.
     let queued = within(
         "the follow-up",
