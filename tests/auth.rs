@@ -3,7 +3,7 @@
 //! audience and time. Keys in `tests/fixtures/auth/` exist for these tests
 //! only.
 
-mod support;
+use crate::support;
 
 use a2a_lifecycle::auth::{AuthError, Authenticator, Principal, Role, Tenants};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};

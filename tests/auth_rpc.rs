@@ -4,7 +4,7 @@
 //! before anything about the request is looked at. Cards and health stay
 //! public; a server others can reach refuses to start without `--auth`.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! gRPC: a plain message completes at once; `fanout:K:WAIT_MS:INTERVAL_US`
 //! reaches every subscriber with updates 1..=K in order, then COMPLETED.
 
-mod support;
+use crate::support;
 
 use a2a_lifecycle::proto::stream_response::Payload;
 use a2a_lifecycle::proto::{SubscribeToTaskRequest, TaskState, part::Content};

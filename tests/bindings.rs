@@ -3,7 +3,7 @@
 //! of rules for all (authentication, ownership), CORS for browsers, and
 //! the event streams' keep-alive, disconnect and shutdown.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! `jwks` and `card --verify`; and the official Python SDK's verifier,
 //! when `A2A_TEST_PYTHON` names a Python with `a2a-sdk[signing]`.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

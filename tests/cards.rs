@@ -3,7 +3,7 @@
 //! the `a2a-version` and `a2a-extensions` metadata (spec §3.6, §3.3.4) and
 //! capability checks (spec §3.3.4).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

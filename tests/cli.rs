@@ -1,7 +1,7 @@
 //! The `a2a-lifecycle` binary: `serve` on an ephemeral port, the client
 //! subcommands against it, and a clean exit on SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

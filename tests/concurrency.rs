@@ -4,7 +4,7 @@
 //! repeats never run the agent twice (spec §3.3.1), blocking sends answer
 //! honestly, and request metadata reaches the agent.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! of its message id prefix table. Like the kit, the tests never set
 //! `tenant`: the agent is the server's default agent.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

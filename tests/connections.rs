@@ -4,7 +4,7 @@
 //! its handshake is cut at the deadline, and shutdown ends within its grace
 //! period whatever clients hold open.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

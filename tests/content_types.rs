@@ -4,7 +4,7 @@
 //! is refused with INVALID_ARGUMENT, reason CONTENT_TYPE_NOT_SUPPORTED and
 //! a BadRequest naming the part, before the message reaches the agent.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

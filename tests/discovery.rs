@@ -1,7 +1,7 @@
 //! gRPC server reflection (v1 and v1alpha) and the standard health service,
 //! as grpcurl and load balancers use them.
 
-mod support;
+use crate::support;
 
 use prost::Message as _;
 use prost_types::FileDescriptorProto;

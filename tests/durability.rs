@@ -1,7 +1,7 @@
 //! Durable tasks: restart after SIGKILL on SQLite, the restart-FAILED rule,
 //! idempotent sends, task timeout, retention and store failures.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command};

@@ -2,7 +2,7 @@
 //! spec §5.4 (v1.0.1), a `google.rpc.ErrorInfo` (spec §10.6) and, for
 //! validation, a `google.rpc.BadRequest` naming the field.
 
-mod support;
+use crate::support;
 
 use tonic::Code;
 

@@ -2,7 +2,7 @@
 //! polling, streaming, input-required, auth-required, rejected, failed,
 //! canceled and direct message replies.
 
-mod support;
+use crate::support;
 
 use tonic::Code;
 

@@ -7,7 +7,7 @@
 //! so and stops, and `tests/runtime_faults.rs` covers the same path with a
 //! failing store.
 
-mod support;
+use crate::support;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

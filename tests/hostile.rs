@@ -3,7 +3,7 @@
 //! learning what it should not, can make the server do. Each test names
 //! the attack it stands for.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! streams, every error with its status and ErrorInfo, limits and
 //! malformed bodies.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 

@@ -2,7 +2,7 @@
 //! streams, every error code with its ErrorInfo, tenants by path and by
 //! field, limits and malformed bodies.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 

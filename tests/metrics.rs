@@ -1,7 +1,7 @@
 //! `GET /metrics` over real sockets: scraped, parsed with a Prometheus
 //! text parser, and checked to move by exactly what each test did.
 
-mod support;
+use crate::support;
 
 use a2a_lifecycle::proto::{GetTaskRequest, SubscribeToTaskRequest, TaskState};
 use prometheus_parse::Scrape;

@@ -4,7 +4,7 @@
 //! SIGHUP swaps the certificate and the auth file while an open stream
 //! goes on.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! proxy in between), and SERVING again when it can; `/healthz` stays up;
 //! `--metrics-listen`'s listener serves metrics without credentials.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

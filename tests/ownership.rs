@@ -11,7 +11,7 @@
 //! listing or `total_size` that counts another's task, or a denied call
 //! that changed the task.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

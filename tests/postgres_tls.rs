@@ -14,7 +14,7 @@
 //! ([`support::postgres`]); where PostgreSQL is required
 //! (`A2A_TEST_POSTGRES`), a server without TLS or a missing CA fails them.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

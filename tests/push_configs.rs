@@ -3,7 +3,7 @@
 //! with the task (so durable with it), bounded per task, and reachable in
 //! any state of the task.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

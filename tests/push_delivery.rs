@@ -4,7 +4,7 @@
 //! address the policy refuses is never reached; a deleted config gets
 //! nothing more.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::sync::Arc;

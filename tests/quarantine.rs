@@ -3,7 +3,7 @@
 //! quarantine table, logs it, and recovers the rest; GetTask of it answers
 //! INTERNAL naming the reason, and ListTasks goes on without it.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

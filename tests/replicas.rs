@@ -7,7 +7,7 @@
 //! channel yet, so the tests that wait for a replica to act on another's
 //! task poll GetTask, each poll bounded by [`support::WAIT`].
 
-mod support;
+use crate::support;
 
 use std::sync::mpsc::Receiver;
 use std::time::Duration;

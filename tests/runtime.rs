@@ -3,7 +3,7 @@
 //! one task never overlap; hundreds of concurrent tasks; multi-turn context
 //! rules (spec §3.4); ListTasks (spec §3.1.4) end to end.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

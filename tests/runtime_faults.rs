@@ -3,7 +3,7 @@
 //! that strands a later blocking send, and a blocking follow-up answers at
 //! its own run's stop even when a run queued behind it moves the task on.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

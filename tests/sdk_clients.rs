@@ -2,7 +2,7 @@
 //! the server over JSON-RPC and over HTTP+JSON, as its users would: from
 //! the agent card, through every operation.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 

@@ -1,7 +1,7 @@
 //! The store conformance suite ([`store_conformance`]) run against
 //! [`MemoryStore`].
 
-mod store_conformance;
+use crate::store_conformance;
 
 use std::sync::Arc;
 

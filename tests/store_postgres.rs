@@ -2,8 +2,8 @@
 //! [`PostgresStore`], each test in a schema of its own of this run's
 //! database (see [`support::postgres`] for when the tests are skipped).
 
-mod store_conformance;
-mod support;
+use crate::store_conformance;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The store conformance suite ([`store_conformance`]) run against
 //! [`SqliteStore`], each test on its own database file.
 
-mod store_conformance;
+use crate::store_conformance;
 
 use std::sync::Arc;
 

@@ -302,3 +302,51 @@ fn the_store_has_no_unsafe_code() {
         );
     }
 }
+
+/// With `autotests = false` a file dropped into `tests/` and named nowhere
+/// would never be compiled, its tests silently not run: every file there is
+/// a module of the `integration` binary (`mod name;` in `tests/main.rs`) or
+/// a `[[test]]` of its own in `Cargo.toml`, never both.
+#[test]
+fn every_test_file_is_compiled_once() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let tests = Path::new(root).join("tests");
+    let main = std::fs::read_to_string(tests.join("main.rs")).expect("read tests/main.rs");
+    let modules: BTreeSet<String> = main
+        .lines()
+        .filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';'))
+        .map(str::to_owned)
+        .collect();
+    let manifest = std::fs::read_to_string(Path::new(root).join("Cargo.toml")).expect("read");
+    let binaries: BTreeSet<String> = manifest
+        .lines()
+        .filter_map(|line| line.strip_prefix("path = \"tests/")?.strip_suffix(".rs\""))
+        .map(str::to_owned)
+        .collect();
+    assert!(binaries.contains("main"), "tests/main.rs is no [[test]]");
+    assert!(
+        modules.contains("support") && binaries.len() > 1,
+        "read no modules or binaries"
+    );
+    for entry in std::fs::read_dir(&tests).expect("read tests/") {
+        let path = entry.expect("entry").path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let file = path.extension().is_some_and(|e| e == "rs");
+        let folder_module = path.join("mod.rs").exists();
+        if !(file || folder_module) || name == "main" {
+            continue;
+        }
+        let (module, binary) = (modules.contains(&name), binaries.contains(&name));
+        // A folder beside a binary of the same name holds that binary's
+        // modules (`tests/faults/`).
+        if folder_module || !file {
+            assert!(module, "tests/{name}/ is not a module of tests/main.rs");
+            continue;
+        }
+        assert!(
+            module != binary,
+            "tests/{name}.rs must be either `mod {name};` in tests/main.rs or a \
+             [[test]] in Cargo.toml (module: {module}, binary: {binary})"
+        );
+    }
+}

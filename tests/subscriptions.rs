@@ -4,7 +4,7 @@
 //! right after the terminal event; a slow subscriber never blocks the agent
 //! or the others; shutdown ends open streams cleanly.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

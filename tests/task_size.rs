@@ -5,7 +5,7 @@
 //! stored task keep working (a ListTasks page ends early when the next task
 //! would not fit in the response).
 
-mod support;
+use crate::support;
 
 use tonic::Code;
 use tonic_types::StatusExt;

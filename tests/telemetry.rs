@@ -4,7 +4,7 @@
 //! reach an OTLP collector (a real gRPC one, in the test) as children of
 //! the caller's span.
 
-mod support;
+use crate::support;
 
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;
 use a2a_lifecycle::proto::{SendMessageRequest, TaskState, send_message_response};

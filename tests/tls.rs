@@ -2,7 +2,7 @@
 //! served over TLS, gRPC and cards alike; a plaintext client is not;
 //! the built-in client reaches it with `--ca-cert`.
 
-mod support;
+use crate::support;
 
 use a2a_lifecycle::connections::ClientCerts;
 use a2a_lifecycle::proto::a2a_service_client::A2aServiceClient;

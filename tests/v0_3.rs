@@ -4,7 +4,7 @@
 //! 0.3 error codes), translated at the edge to the 1.0 core; tasks shared
 //! both ways; the card 0.3 clients read.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 
