@@ -12,8 +12,8 @@
 //!
 //! One file's tests: `cargo test --test integration flows::`.
 
-mod support;
 mod store_conformance;
+mod support;
 
 mod auth;
 mod auth_rpc;
