@@ -647,3 +647,228 @@ async fn a_message_lost_with_its_replica_is_recorded_failed_not_run_again() {
     assert_eq!(on_b.runs.load(Ordering::SeqCst), 0);
     on_a_side.abort();
 }
+
+/// The test agent of [`a_follow_up_lost_with_its_replica_fails_its_task`]:
+/// a task's first message runs until `proceed`, then asks for input; each
+/// follow-up's run is counted by message id and completes the task, or
+/// asks for input again when its text is "again".
+#[derive(Default)]
+struct AsksThenCounts {
+    started: tokio::sync::Notify,
+    proceed: tokio::sync::Notify,
+    follow_ups: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl a2a_lifecycle::agent::AgentExecutor for AsksThenCounts {
+    async fn execute(
+        &self,
+        ctx: a2a_lifecycle::agent::RequestContext,
+        sink: a2a_lifecycle::agent::EventSink,
+    ) -> Result<(), a2a_lifecycle::agent::AgentError> {
+        use a2a_lifecycle::proto::TaskState;
+        let first = ctx.task.as_ref().is_none_or(|t| t.history.len() <= 1);
+        if first {
+            sink.status(TaskState::Working, None).await?;
+            self.started.notify_one();
+            self.proceed.notified().await;
+            sink.status(TaskState::InputRequired, Some("which environment?"))
+                .await?;
+        } else {
+            self.follow_ups
+                .lock()
+                .unwrap()
+                .push(ctx.message.message_id.clone());
+            if a2a_lifecycle::agent::message_text(&ctx.message) == "again" {
+                sink.status(TaskState::InputRequired, Some("and then?"))
+                    .await?;
+            } else {
+                sink.status(TaskState::Completed, Some("deployed")).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A follow-up committed by a replica that died before its run started
+/// (issue "replicas under real faults"; the fault harness met it with a
+/// replica paused, then killed): its message is in the task's history and
+/// no replica will ever run it. The sweep for orphaned tasks finds it and
+/// FAILs the task, saying why, rather than leave it waiting on input the
+/// client already gave; no replica runs the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_lost_with_its_replica_fails_its_task() {
+    use a2a_lifecycle::agent::AgentRouter;
+    use a2a_lifecycle::lifecycle::HistoryLength;
+    use a2a_lifecycle::proto::TaskState;
+    use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+    use a2a_lifecycle::store::Caller;
+
+    let Some((a, b, admin)) = two_short_leases().await else {
+        return;
+    };
+    let dead = a.replica_id();
+    let (on_a, on_b) = (
+        Arc::new(AsksThenCounts::default()),
+        Arc::new(AsksThenCounts::default()),
+    );
+    let replica = |store: PostgresStore, agent: Arc<AsksThenCounts>| {
+        TaskManager::new(
+            Arc::new(store),
+            AgentRouter::new().with("", agent),
+            RuntimeConfig::default(),
+        )
+    };
+    let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
+    let send = |manager: &TaskManager, message: a2a_lifecycle::proto::Message| {
+        let manager = manager.clone();
+        async move {
+            match manager
+                .send_message(
+                    "",
+                    &Caller::ANONYMOUS,
+                    MessageRequest::from(message),
+                    HistoryLength::All,
+                    false,
+                )
+                .await
+                .expect("sent")
+            {
+                SendOutcome::Task(handle) => handle,
+                _ => panic!("answered with a message"),
+            }
+        }
+    };
+    // B runs the task's first message; while that run goes on, A commits
+    // a follow-up, whose run waits for B's.
+    let started = on_b.started.notified();
+    let first = support::within("the first send", send(&b, support::user_message("deploy"))).await;
+    support::within("B's run starts", started).await;
+    let task_id = first.snapshot.id.clone();
+    let mut follow_up = support::user_message("staging");
+    follow_up.message_id = "m-follow-up".into();
+    follow_up.task_id = task_id.clone();
+    support::within("the follow-up on A", send(&a, follow_up)).await;
+    // A dies (its lease runs out) before that run starts; B's run then
+    // asks for input.
+    run_out_lease(&admin, dead).await;
+    on_b.proceed.notify_one();
+    let asked = support::within("B's run ends", b.wait(*first))
+        .await
+        .unwrap();
+    assert_eq!(support::state_of(&asked), TaskState::InputRequired);
+    assert!(
+        asked.history.iter().any(|m| m.message_id == "m-follow-up"),
+        "the follow-up is in the task's history"
+    );
+
+    let failed = support::within("the sweep", b.fail_orphaned_tasks())
+        .await
+        .unwrap();
+    assert_eq!(failed, 1, "the sweep failed no task");
+    let task = support::within(
+        "the task",
+        b.get_task("", &Caller::ANONYMOUS, &task_id, HistoryLength::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(support::state_of(&task), TaskState::Failed);
+    assert_eq!(
+        support::status_text(&task),
+        a2a_lifecycle::runtime::LOST_FOLLOW_UP_FAILURE
+    );
+    assert!(
+        on_a.follow_ups.lock().unwrap().is_empty(),
+        "A ran the follow-up"
+    );
+    assert!(
+        on_b.follow_ups.lock().unwrap().is_empty(),
+        "B ran the follow-up"
+    );
+}
+
+/// What the sweep for orphaned tasks leaves alone: an interrupted task
+/// whose replica died after its runs asked for input, the last one a
+/// follow-up's (no run is owed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_task_of_a_dead_replica_waits_for_its_client() {
+    use a2a_lifecycle::agent::AgentRouter;
+    use a2a_lifecycle::lifecycle::HistoryLength;
+    use a2a_lifecycle::proto::TaskState;
+    use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+    use a2a_lifecycle::store::Caller;
+
+    let Some((a, b, admin)) = two_short_leases().await else {
+        return;
+    };
+    let dead = a.replica_id();
+    let on_a = Arc::new(AsksThenCounts::default());
+    let a = TaskManager::new(
+        Arc::new(a),
+        AgentRouter::new().with("", on_a.clone()),
+        RuntimeConfig::default(),
+    );
+    let b = TaskManager::new(
+        Arc::new(b),
+        AgentRouter::new().with("", Arc::new(AsksThenCounts::default())),
+        RuntimeConfig::default(),
+    );
+    let started = on_a.started.notified();
+    let SendOutcome::Task(first) = support::within(
+        "the send",
+        a.send_message(
+            "",
+            &Caller::ANONYMOUS,
+            MessageRequest::from(support::user_message("deploy")),
+            HistoryLength::All,
+            false,
+        ),
+    )
+    .await
+    .unwrap() else {
+        panic!("answered with a message");
+    };
+    support::within("A's run starts", started).await;
+    on_a.proceed.notify_one();
+    let asked = support::within("A's run ends", a.wait(*first))
+        .await
+        .unwrap();
+    assert_eq!(support::state_of(&asked), TaskState::InputRequired);
+    let mut again = support::user_message("again");
+    again.message_id = "m-again".into();
+    again.task_id = asked.id.clone();
+    let SendOutcome::Task(follow_up) = support::within(
+        "the follow-up",
+        a.send_message(
+            "",
+            &Caller::ANONYMOUS,
+            MessageRequest::from(again),
+            HistoryLength::All,
+            false,
+        ),
+    )
+    .await
+    .unwrap() else {
+        panic!("answered with a message");
+    };
+    let asked = support::within("the follow-up's run ends", a.wait(*follow_up))
+        .await
+        .unwrap();
+    assert_eq!(support::state_of(&asked), TaskState::InputRequired);
+    assert_eq!(*on_a.follow_ups.lock().unwrap(), ["m-again"]);
+    run_out_lease(&admin, dead).await;
+    assert_eq!(
+        support::within("the sweep", b.fail_orphaned_tasks())
+            .await
+            .unwrap(),
+        0,
+        "the sweep failed a task waiting for its client"
+    );
+    let task = support::within(
+        "the task",
+        b.get_task("", &Caller::ANONYMOUS, &asked.id, HistoryLength::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(support::state_of(&task), TaskState::InputRequired);
+}

@@ -140,6 +140,12 @@ enum RunClaim {
     Free,
     Claiming,
     Held,
+    /// Held, and claimed for the queued run about to start: the claim
+    /// settled one of the runs this replica owes the task
+    /// ([`crate::store::EncodedTask::owes_runs`]). Each run starts from
+    /// here, so a replica that stops between a follow-up's commit and its
+    /// run leaves the run owed, for the sweep to find.
+    Ready,
     Releasing,
 }
 
@@ -701,6 +707,9 @@ impl LiveTask {
         let mut write = EncodedTask::new(&loaded.record);
         write.outbox = outbox_entries(&loaded.record, &loaded.pending);
         write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
+        // At most MAX_QUEUED_MESSAGES of them.
+        let follow_ups = loaded.pending.iter().filter(|p| p.follow_up.is_some());
+        write.owes_runs = u16::try_from(follow_ups.count()).unwrap_or(u16::MAX);
         if replicated {
             write.events = crate::store::codec::encode_events(
                 loaded.pending.iter().filter_map(|p| p.out.as_ref()),
@@ -1187,7 +1196,7 @@ impl LiveTask {
     async fn claim_runs(self: Arc<Self>, shared: Arc<Shared>) {
         let claimed = shared.store.claim_run(&self.key.tenant, &self.key.id).await;
         self.runs().claim = match claimed {
-            Ok(Some(_)) => RunClaim::Held,
+            Ok(Some(_)) => RunClaim::Ready,
             _ => RunClaim::Free,
         };
         match claimed {
@@ -1478,18 +1487,25 @@ impl LiveTask {
             // the next run starts once that one has ended, caught up.
             return;
         }
-        if shared.replicated && runs.claim != RunClaim::Held {
+        if shared.replicated && runs.claim != RunClaim::Ready {
             // Another replica may hold the task for a run of a message it
             // got: claim the runs first (each replica saw the task not
-            // active, so the state alone would let both start one).
-            if runs.waiting() && runs.claim == RunClaim::Free {
+            // active, so the state alone would let both start one). Held
+            // already, the claim still settles the run it starts.
+            if runs.waiting() && matches!(runs.claim, RunClaim::Free | RunClaim::Held) {
                 runs.claim = RunClaim::Claiming;
                 drop(runs);
                 tokio::spawn(self.clone().claim_runs(shared.clone()));
+                return;
             }
-            return;
+            if runs.claim != RunClaim::Held {
+                return;
+            }
         }
         if runs.queue.front().is_some_and(|q| q.committed) {
+            if runs.claim == RunClaim::Ready {
+                runs.claim = RunClaim::Held;
+            }
             let Queued { seq, request, .. } = runs.queue.pop_front().expect("front");
             let cancelled = shared.run_token();
             runs.active = true;
@@ -1515,7 +1531,10 @@ impl LiveTask {
             shared.start_follow_up(self.clone(), request.agent, ctx, &request.trace);
             return;
         }
-        if shared.replicated && runs.claim == RunClaim::Held && !runs.active {
+        if shared.replicated
+            && matches!(runs.claim, RunClaim::Held | RunClaim::Ready)
+            && !runs.active
+        {
             // Nothing to run here and the task interrupted: another
             // replica may run the next message.
             runs.claim = RunClaim::Releasing;

@@ -1050,6 +1050,14 @@ pub const LOST_MESSAGE_FAILURE: &str = "An earlier run of this message ended bef
      acted on the message is not known, so it was not run again. To run it, send it again \
      with a new messageId.";
 
+/// The status message of an interrupted task failed because a follow-up
+/// message in its history was committed by a replica that stopped before
+/// its run started: no replica will run it, and the task would otherwise
+/// wait for input its client already gave.
+pub const LOST_FOLLOW_UP_FAILURE: &str = "A follow-up message to this task was accepted by \
+     a replica that stopped before running it, so it was never run. The task cannot go on \
+     without it; to go on, send the request again as a new task.";
+
 impl TaskManager {
     /// Start-up recovery: tasks left SUBMITTED or WORKING by a previous
     /// process have no executor any more, so they move to FAILED with
@@ -1060,18 +1068,30 @@ impl TaskManager {
     /// ([`TaskStore::lease`]) only the tasks of replicas whose lease has
     /// expired are orphaned, and [`TaskManager::run_maintenance`] looks
     /// for them again while serving; a live replica's tasks are never
-    /// touched.
+    /// touched. There an interrupted task one of whose follow-ups such a
+    /// replica was to run fails too, with [`LOST_FOLLOW_UP_FAILURE`].
     pub async fn fail_orphaned_tasks(&self) -> Result<usize, A2aError> {
-        let active = self
+        let orphaned = self
             .shared
             .store
             .orphaned_tasks()
             .await
             .map_err(store_error)?;
         let mut failed = 0;
-        for (tenant, stored) in active {
+        for (tenant, stored) in orphaned {
             let live = self.live(&tenant, &stored.record.task.id);
-            if live.fail_if_active(&self.shared, RESTART_FAILURE).await? {
+            // Failed only if still in the class it was found in: an
+            // interrupted task another replica's run has taken up since is
+            // that run's to end.
+            let done = if stored.record.state().is_interrupted() {
+                live.fail_when(&self.shared, LOST_FOLLOW_UP_FAILURE, |r| {
+                    r.state().is_interrupted()
+                })
+                .await?
+            } else {
+                live.fail_if_active(&self.shared, RESTART_FAILURE).await?
+            };
+            if done {
                 failed += 1;
             }
         }

@@ -277,6 +277,12 @@ pub struct EncodedTask {
     /// records the writing replica as the one running the task (what
     /// recovery by lease looks at). A creating write always does.
     pub by_run: bool,
+    /// Follow-up messages this write commits whose runs are still to
+    /// start here: a store shared by replicas records that this replica
+    /// owes the task that many runs, until [`TaskStore::claim_run`] before
+    /// each settles one. A task owing a run to a replica declared dead is
+    /// orphaned ([`TaskStore::orphaned_tasks`]).
+    pub owes_runs: u16,
 }
 
 /// The role of the one process delivering push notifications among those
@@ -373,6 +379,7 @@ impl EncodedTask {
             outbox: Vec::new(),
             events: Vec::new(),
             by_run: false,
+            owes_runs: 0,
         }
     }
 
@@ -510,8 +517,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// here, so that of the replicas sharing a store, one at a time runs
     /// the task: `Some(version)` (the task's version now) when this process
     /// holds it, `None` while another live one does. A create holds its
-    /// task for the first run. A store of one process: always held (its
-    /// runtime runs one run per task at a time in memory).
+    /// task for the first run. Called before each follow-up's run starts,
+    /// held or not: a claim settles one of the runs this process owes the
+    /// task ([`EncodedTask::owes_runs`]). A store of one process: always
+    /// held (its runtime runs one run per task at a time in memory).
     async fn claim_run(&self, _tenant: &str, _task_id: &str) -> Result<Option<u64>, StoreError> {
         Ok(Some(0))
     }
@@ -526,7 +535,9 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// The active tasks nothing runs any more, in all tenants: for a store
     /// of one process, every active task (run it at start-up); for one
-    /// shared by replicas, those whose runner's lease has expired.
+    /// shared by replicas, those whose runner's lease has expired, and the
+    /// interrupted ones owing a run to such a replica
+    /// ([`EncodedTask::owes_runs`]): a follow-up nothing will run.
     async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         self.active_tasks().await
     }

@@ -58,6 +58,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0007_run_claims.sql"),
     include_str!("../../../migrations/postgres/0008_open_tasks_by_owner.sql"),
     include_str!("../../../migrations/postgres/0009_fencing.sql"),
+    include_str!("../../../migrations/postgres/0010_owed_runs.sql"),
 ];
 
 /// How long a request waits for a free pooled connection.
@@ -687,10 +688,14 @@ impl TaskStore for PostgresStore {
         let me = self.standing.id();
         // Free, already this replica's, or held by a replica declared dead
         // (its run is over: it is failed or about to be, and it can write
-        // nothing more).
+        // nothing more). The run about to start settles one of the runs
+        // this replica owes the task (`owed`).
         let row = client
             .query_opt(
-                "UPDATE tasks SET runner = $3, run_held = true FROM (SELECT a2a_fence($3)) f \
+                "UPDATE tasks SET runner = $3, run_held = true, \
+                 owed = CASE WHEN array_position(owed, $3) IS NULL THEN owed \
+                 ELSE owed[:array_position(owed, $3) - 1] || owed[array_position(owed, $3) + 1:] END \
+                 FROM (SELECT a2a_fence($3)) f \
                  WHERE tenant = $1 AND id = $2 AND (NOT run_held OR runner = $3 \
                  OR runner NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
                  RETURNING version",
@@ -849,11 +854,16 @@ impl TaskStore for PostgresStore {
 
     async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         // The tasks of replicas declared dead: those whose lease ran out
-        // are declared so first.
+        // are declared so first. Active ones ran there; interrupted ones
+        // owe a follow-up a run that was to start there.
         let sql = format!(
             "SELECT tenant, record, version, id FROM tasks WHERE state IN ({}) AND runner <> $1 \
-             AND runner NOT IN (SELECT id FROM replicas WHERE NOT dead)",
-            state_list(StateClass::Active)
+             AND runner NOT IN (SELECT id FROM replicas WHERE NOT dead) \
+             UNION ALL SELECT tenant, record, version, id FROM tasks \
+             WHERE owed <> '{{}}' AND state IN ({}) AND EXISTS (SELECT 1 FROM unnest(owed) o(r) \
+             WHERE r <> $1 AND r NOT IN (SELECT id FROM replicas WHERE NOT dead))",
+            state_list(StateClass::Active),
+            state_list(StateClass::Interrupted)
         );
         let client = self.client().await?;
         reap(&client).await?;

@@ -70,12 +70,17 @@ const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_s
 /// began before the watch see it, and the events of that write must still
 /// be there when the replica catches up (the soak test met a replica
 /// resynchronised from a snapshot for want of them).
+/// A write committing follow-ups records the runs this replica owes them
+/// (`owed`, migration `0010_owed_runs.sql`).
 const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
-     $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::int8[], $9::bool[], $11::bytea[]) \
-     AS u(tenant, id, context_id, state, s, n, record, expected, by_run, events)), \
+     $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::int8[], $9::bool[], $11::bytea[], \
+     $12::int4[]) \
+     AS u(tenant, id, context_id, state, s, n, record, expected, by_run, events, owes)), \
      made AS (UPDATE tasks AS t SET context_id = u.context_id, state = u.state, \
      status_seconds = u.s, status_nanos = u.n, version = t.version + 1, record = u.record, \
-     runner = CASE WHEN u.by_run THEN $10 ELSE t.runner END \
+     runner = CASE WHEN u.by_run THEN $10 ELSE t.runner END, \
+     owed = CASE WHEN u.owes > 0 THEN t.owed || array_fill($10::bytea, ARRAY[u.owes]) \
+     ELSE t.owed END \
      FROM u WHERE t.tenant = u.tenant AND t.id = u.id AND t.version = u.expected \
      RETURNING t.tenant, t.id, t.version), \
      logged AS (INSERT INTO task_events (tenant, task_id, version, events) \
@@ -588,6 +593,10 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
                 &updates
                     .iter()
                     .map(|(_, t, _)| t.events.as_slice())
+                    .collect::<Vec<_>>(),
+                &updates
+                    .iter()
+                    .map(|(_, t, _)| t.owes_runs as i32)
                     .collect::<Vec<_>>(),
             ],
         )
