@@ -346,6 +346,115 @@ async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
     server.stop().await;
 }
 
+/// As above, with the task unreadable too when its run ends (PostgreSQL
+/// restarting under the replica: the fault harness left two tasks WORKING
+/// on a live replica so): whether the task is still active is not known
+/// then, and it is failed, if it still is, once the store answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_unreadable_when_its_run_ends_is_failed_once_the_store_recovers() {
+    let agent = Arc::new(Gated {
+        gate: tokio::sync::Notify::new(),
+        working: tokio::sync::Notify::new(),
+    });
+    let (server, store) = flaky_server_with(agent.clone()).await;
+    let mut client = server.client().await;
+    let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
+    store.down.store(true, Ordering::SeqCst);
+    store.unreadable.store(true, Ordering::SeqCst);
+    agent.gate.notify_one();
+    let err = loop {
+        match within("stream", stream.message()).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without the store's error"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    // The run's end reads the task at most four times by itself (the
+    // reload after the refused write, the end's look at the task, the
+    // dispatch of the queue); more reads are the failure's retries. A run
+    // end that gives up on an unreadable task makes no more, and this wait
+    // times out.
+    while store.refused_reads.load(Ordering::SeqCst) < 6 {
+        within("a retried read", store.read_refused.notified()).await;
+    }
+    store.down.store(false, Ordering::SeqCst);
+    store.unreadable.store(false, Ordering::SeqCst);
+    let (_, failed) = settled(&mut client, "", &task.id).await;
+    assert_eq!(state_of(&failed), TaskState::Failed, "{failed:?}");
+    assert!(
+        status_text(&failed).contains("disk full"),
+        "{}",
+        status_text(&failed)
+    );
+    server.stop().await;
+}
+
+/// WORKING, then (at `gate`) progress, then (at `stop`) returns without a
+/// final status.
+struct StopsAfterProgress {
+    gate: tokio::sync::Notify,
+    stop: tokio::sync::Notify,
+    working: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl AgentExecutor for StopsAfterProgress {
+    async fn execute(&self, _ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        sink.status(TaskState::Working, None).await?;
+        self.working.notify_one();
+        self.gate.notified().await;
+        sink.status(TaskState::Working, Some("50% done")).await?;
+        self.stop.notified().await;
+        Ok(())
+    }
+}
+
+/// As above, with the run ending after its refused write was dropped (the
+/// task no longer in memory) and while the task cannot be read: it is
+/// failed, if still active, once the store answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_ending_while_its_task_is_unreadable_fails_it_once_the_store_recovers() {
+    let agent = Arc::new(StopsAfterProgress {
+        gate: tokio::sync::Notify::new(),
+        stop: tokio::sync::Notify::new(),
+        working: tokio::sync::Notify::new(),
+    });
+    let (server, store) = flaky_server_with(agent.clone()).await;
+    let mut client = server.client().await;
+    let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
+    store.down.store(true, Ordering::SeqCst);
+    store.unreadable.store(true, Ordering::SeqCst);
+    agent.gate.notify_one();
+    let err = loop {
+        match within("stream", stream.message()).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without the store's error"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    // The reload after the refused write was refused too: the task is no
+    // longer in memory when the run ends.
+    while store.refused_reads.load(Ordering::SeqCst) < 1 {
+        within("the reload", store.read_refused.notified()).await;
+    }
+    agent.stop.notify_one();
+    while store.refused_reads.load(Ordering::SeqCst) < 6 {
+        within("a retried read", store.read_refused.notified()).await;
+    }
+    store.down.store(false, Ordering::SeqCst);
+    store.unreadable.store(false, Ordering::SeqCst);
+    let (_, failed) = settled(&mut client, "", &task.id).await;
+    assert_eq!(state_of(&failed), TaskState::Failed, "{failed:?}");
+    assert!(
+        status_text(&failed).contains("could not be read when the run ended"),
+        "{}",
+        status_text(&failed)
+    );
+    server.stop().await;
+}
+
 /// Any text but `answer`: WORKING until the gate opens, then INPUT_REQUIRED, then (the
 /// gate again) one more status, which the test has the store refuse.
 /// `answer`: COMPLETED.

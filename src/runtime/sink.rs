@@ -368,8 +368,22 @@ impl RunSink {
         failure: &Option<String>,
     ) -> (Option<String>, Option<super::live::Commit>) {
         let shared = &self.inner.shared;
-        let Ok(mut state) = live.lock_loaded(shared).await else {
-            return (None, None);
+        let mut state = match live.lock_loaded(shared).await {
+            Ok(state) => state,
+            Err(A2aError::TaskNotFound { .. }) => return (None, None),
+            Err(e) => {
+                // The store could not be read (a write of the run's failed
+                // the same way, and the working copy went with it): whether
+                // the task is still active is not known here. It is failed
+                // once the store answers, if it still is, so that no task
+                // is left WORKING on a live replica with no run.
+                let reason = failure.as_deref().unwrap_or("the agent's run ended");
+                live.clone().fail_until_stored(
+                    shared.clone(),
+                    format!("{reason}; the task could not be read when the run ended: {e}"),
+                );
+                return (None, None);
+            }
         };
         let current = state.as_ref().expect("loaded").record.state();
         let flushed = LiveTask::barrier_locked(&mut state);
@@ -421,11 +435,14 @@ impl RunSink {
             return;
         };
         let shared = &self.inner.shared;
-        let active = live
-            .lock_loaded(shared)
-            .await
-            .is_ok_and(|state| state.as_ref().expect("loaded").record.state().is_active());
-        if active {
+        // Unreadable (the store that refused the write is still away):
+        // maybe active, which the failure looks at again once it can.
+        let maybe_active = match live.lock_loaded(shared).await {
+            Ok(state) => state.as_ref().expect("loaded").record.state().is_active(),
+            Err(A2aError::TaskNotFound { .. }) => false,
+            Err(_) => true,
+        };
+        if maybe_active {
             live.clone().fail_until_stored(
                 shared.clone(),
                 format!("the agent's last changes could not be stored: {e}"),
