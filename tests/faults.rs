@@ -137,11 +137,9 @@
 //!
 //! PostgreSQL is needed as for tests/replicas.rs (`support::postgres`:
 //! skipped, saying so, when nothing answers and `A2A_TEST_POSTGRES` is not
-//! set). It runs only when asked (`A2A_TEST_FAULTS=1`): it does not pass
-//! on this code yet (a committed follow-up whose run is lost, agents run
-//! again for messages whose first task never committed; see the issue),
-//! so CI runs only the checker's self-tests until it does. By default 60 s
-//! of faults (about two minutes in all):
+//! set). It runs only when asked (`A2A_TEST_FAULTS=1`), as `.ci/run`
+//! does on every run, on a seed of its own. By default 60 s of faults
+//! (about two minutes in all):
 //!
 //! ```sh
 //! A2A_TEST_FAULTS=1 A2A_TEST_POSTGRES=postgres://postgres@127.0.0.1:5432/test \

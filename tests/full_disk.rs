@@ -101,13 +101,7 @@ async fn a_full_disk_fails_the_task_once_space_returns() {
     let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
     let filler = fill(&fs.0);
     agent.gate.notify_one();
-    let err = loop {
-        match within("stream", stream.message()).await {
-            Ok(Some(_)) => continue,
-            Ok(None) => panic!("the stream ended without the store's error"),
-            Err(status) => break status,
-        }
-    };
+    let err = support::stream_error(&mut stream).await;
     eprintln!("stream ended with: {err:?}");
     std::fs::remove_file(&filler).unwrap();
     let (events, failed) = settled(&mut client, "", &task.id).await;

@@ -318,13 +318,7 @@ async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
     store.down.store(true, Ordering::SeqCst);
     agent.gate.notify_one();
     // The stream ends with the store's error, not a hang.
-    let err = loop {
-        match within("stream", stream.message()).await {
-            Ok(Some(_)) => continue,
-            Ok(None) => panic!("the stream ended without the store's error"),
-            Err(status) => break status,
-        }
-    };
+    let err = support::stream_error(&mut stream).await;
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     // Still WORKING in the store while it refuses writes.
     let stuck = within("get", get_task(&mut client, "", &task.id))
@@ -346,6 +340,48 @@ async fn a_task_whose_writes_fail_is_failed_once_the_store_recovers() {
     server.stop().await;
 }
 
+/// Waits until `store` has refused `n` reads.
+async fn refused_reads_reach(store: &Flaky, n: usize) {
+    while store.refused_reads.load(Ordering::SeqCst) < n {
+        within("a refused read", store.read_refused.notified()).await;
+    }
+}
+
+/// Runs a task of `agent` (WORKING at `working`, its next events at
+/// `gate`) with the store refusing every write and every read of the task
+/// from `gate` on: its stream ends with the store's error, `stop` (if
+/// any) is opened once the reload after the refused write was refused
+/// too, and the store comes back after more reads than the run's end makes
+/// by itself (at most four: the reload, the end's look at the task, the
+/// dispatch of the queue). The task once settled.
+async fn settled_after_the_store_was_unreadable(
+    agent: Arc<dyn AgentExecutor>,
+    working: &tokio::sync::Notify,
+    gate: &tokio::sync::Notify,
+    stop: Option<&tokio::sync::Notify>,
+) -> Task {
+    let (server, store) = flaky_server_with(agent).await;
+    let mut client = server.client().await;
+    let (task, mut stream) = support::subscribed_while_working(&mut client, working).await;
+    store.down.store(true, Ordering::SeqCst);
+    store.unreadable.store(true, Ordering::SeqCst);
+    gate.notify_one();
+    let err = support::stream_error(&mut stream).await;
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    if let Some(stop) = stop {
+        refused_reads_reach(&store, 1).await;
+        stop.notify_one();
+    }
+    // A run end that gives up on an unreadable task reads no more, and
+    // this wait times out.
+    refused_reads_reach(&store, 6).await;
+    store.down.store(false, Ordering::SeqCst);
+    store.unreadable.store(false, Ordering::SeqCst);
+    let (_, settled) = settled(&mut client, "", &task.id).await;
+    server.stop().await;
+    settled
+}
+
 /// As above, with the task unreadable too when its run ends (PostgreSQL
 /// restarting under the replica: the fault harness left two tasks WORKING
 /// on a live replica so): whether the task is still active is not known
@@ -356,38 +392,15 @@ async fn a_task_unreadable_when_its_run_ends_is_failed_once_the_store_recovers()
         gate: tokio::sync::Notify::new(),
         working: tokio::sync::Notify::new(),
     });
-    let (server, store) = flaky_server_with(agent.clone()).await;
-    let mut client = server.client().await;
-    let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
-    store.down.store(true, Ordering::SeqCst);
-    store.unreadable.store(true, Ordering::SeqCst);
-    agent.gate.notify_one();
-    let err = loop {
-        match within("stream", stream.message()).await {
-            Ok(Some(_)) => continue,
-            Ok(None) => panic!("the stream ended without the store's error"),
-            Err(status) => break status,
-        }
-    };
-    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    // The run's end reads the task at most four times by itself (the
-    // reload after the refused write, the end's look at the task, the
-    // dispatch of the queue); more reads are the failure's retries. A run
-    // end that gives up on an unreadable task makes no more, and this wait
-    // times out.
-    while store.refused_reads.load(Ordering::SeqCst) < 6 {
-        within("a retried read", store.read_refused.notified()).await;
-    }
-    store.down.store(false, Ordering::SeqCst);
-    store.unreadable.store(false, Ordering::SeqCst);
-    let (_, failed) = settled(&mut client, "", &task.id).await;
+    let failed =
+        settled_after_the_store_was_unreadable(agent.clone(), &agent.working, &agent.gate, None)
+            .await;
     assert_eq!(state_of(&failed), TaskState::Failed, "{failed:?}");
     assert!(
         status_text(&failed).contains("disk full"),
         "{}",
         status_text(&failed)
     );
-    server.stop().await;
 }
 
 /// WORKING, then (at `gate`) progress, then (at `stop`) returns without a
@@ -420,39 +433,19 @@ async fn a_run_ending_while_its_task_is_unreadable_fails_it_once_the_store_recov
         stop: tokio::sync::Notify::new(),
         working: tokio::sync::Notify::new(),
     });
-    let (server, store) = flaky_server_with(agent.clone()).await;
-    let mut client = server.client().await;
-    let (task, mut stream) = support::subscribed_while_working(&mut client, &agent.working).await;
-    store.down.store(true, Ordering::SeqCst);
-    store.unreadable.store(true, Ordering::SeqCst);
-    agent.gate.notify_one();
-    let err = loop {
-        match within("stream", stream.message()).await {
-            Ok(Some(_)) => continue,
-            Ok(None) => panic!("the stream ended without the store's error"),
-            Err(status) => break status,
-        }
-    };
-    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    // The reload after the refused write was refused too: the task is no
-    // longer in memory when the run ends.
-    while store.refused_reads.load(Ordering::SeqCst) < 1 {
-        within("the reload", store.read_refused.notified()).await;
-    }
-    agent.stop.notify_one();
-    while store.refused_reads.load(Ordering::SeqCst) < 6 {
-        within("a retried read", store.read_refused.notified()).await;
-    }
-    store.down.store(false, Ordering::SeqCst);
-    store.unreadable.store(false, Ordering::SeqCst);
-    let (_, failed) = settled(&mut client, "", &task.id).await;
+    let failed = settled_after_the_store_was_unreadable(
+        agent.clone(),
+        &agent.working,
+        &agent.gate,
+        Some(&agent.stop),
+    )
+    .await;
     assert_eq!(state_of(&failed), TaskState::Failed, "{failed:?}");
     assert!(
         status_text(&failed).contains("could not be read when the run ended"),
         "{}",
         status_text(&failed)
     );
-    server.stop().await;
 }
 
 /// Any text but `answer`: WORKING until the gate opens, then INPUT_REQUIRED, then (the
@@ -521,9 +514,7 @@ async fn a_queued_follow_up_runs_after_the_store_could_not_be_read() {
     // reload after the refused write, the end's checks, the dispatch of
     // the queue); more reads are the queued run's retries. A queue dropped
     // at the first refused read makes no more, and this wait times out.
-    while store.refused_reads.load(Ordering::SeqCst) < 6 {
-        within("a retried read", store.read_refused.notified()).await;
-    }
+    refused_reads_reach(&store, 6).await;
     store.down.store(false, Ordering::SeqCst);
     store.unreadable.store(false, Ordering::SeqCst);
     // The queued follow-up runs once the task can be read again.

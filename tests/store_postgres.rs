@@ -690,6 +690,27 @@ impl a2a_lifecycle::agent::AgentExecutor for AsksThenCounts {
     }
 }
 
+/// A non-blocking send to `manager`, anonymous, in the default tenant:
+/// the handle of the task it made or continued.
+async fn send_non_blocking(
+    manager: &a2a_lifecycle::runtime::TaskManager,
+    message: a2a_lifecycle::proto::Message,
+) -> Box<a2a_lifecycle::runtime::TaskHandle> {
+    use a2a_lifecycle::runtime::{MessageRequest, SendOutcome};
+    let anonymous = a2a_lifecycle::store::Caller::ANONYMOUS;
+    let sent = manager.send_message(
+        "",
+        &anonymous,
+        MessageRequest::from(message),
+        a2a_lifecycle::lifecycle::HistoryLength::All,
+        false,
+    );
+    match support::within("a send", sent).await.expect("sent") {
+        SendOutcome::Task(handle) => handle,
+        _ => panic!("answered with a message"),
+    }
+}
+
 /// A follow-up committed by a replica that died before its run started
 /// (issue "replicas under real faults"; the fault harness met it with a
 /// replica paused, then killed): its message is in the task's history and
@@ -701,7 +722,7 @@ async fn a_follow_up_lost_with_its_replica_fails_its_task() {
     use a2a_lifecycle::agent::AgentRouter;
     use a2a_lifecycle::lifecycle::HistoryLength;
     use a2a_lifecycle::proto::TaskState;
-    use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+    use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
     use a2a_lifecycle::store::Caller;
 
     let Some((a, b, admin)) = two_short_leases().await else {
@@ -720,35 +741,16 @@ async fn a_follow_up_lost_with_its_replica_fails_its_task() {
         )
     };
     let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
-    let send = |manager: &TaskManager, message: a2a_lifecycle::proto::Message| {
-        let manager = manager.clone();
-        async move {
-            match manager
-                .send_message(
-                    "",
-                    &Caller::ANONYMOUS,
-                    MessageRequest::from(message),
-                    HistoryLength::All,
-                    false,
-                )
-                .await
-                .expect("sent")
-            {
-                SendOutcome::Task(handle) => handle,
-                _ => panic!("answered with a message"),
-            }
-        }
-    };
     // B runs the task's first message; while that run goes on, A commits
     // a follow-up, whose run waits for B's.
     let started = on_b.started.notified();
-    let first = support::within("the first send", send(&b, support::user_message("deploy"))).await;
+    let first = send_non_blocking(&b, support::user_message("deploy")).await;
     support::within("B's run starts", started).await;
     let task_id = first.snapshot.id.clone();
     let mut follow_up = support::user_message("staging");
     follow_up.message_id = "m-follow-up".into();
     follow_up.task_id = task_id.clone();
-    support::within("the follow-up on A", send(&a, follow_up)).await;
+    send_non_blocking(&a, follow_up).await;
     // A dies (its lease runs out) before that run starts; B's run then
     // asks for input.
     run_out_lease(&admin, dead).await;
@@ -795,7 +797,7 @@ async fn an_interrupted_task_of_a_dead_replica_waits_for_its_client() {
     use a2a_lifecycle::agent::AgentRouter;
     use a2a_lifecycle::lifecycle::HistoryLength;
     use a2a_lifecycle::proto::TaskState;
-    use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+    use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
     use a2a_lifecycle::store::Caller;
 
     let Some((a, b, admin)) = two_short_leases().await else {
@@ -814,20 +816,7 @@ async fn an_interrupted_task_of_a_dead_replica_waits_for_its_client() {
         RuntimeConfig::default(),
     );
     let started = on_a.started.notified();
-    let SendOutcome::Task(first) = support::within(
-        "the send",
-        a.send_message(
-            "",
-            &Caller::ANONYMOUS,
-            MessageRequest::from(support::user_message("deploy")),
-            HistoryLength::All,
-            false,
-        ),
-    )
-    .await
-    .unwrap() else {
-        panic!("answered with a message");
-    };
+    let first = send_non_blocking(&a, support::user_message("deploy")).await;
     support::within("A's run starts", started).await;
     on_a.proceed.notify_one();
     let asked = support::within("A's run ends", a.wait(*first))
@@ -837,20 +826,7 @@ async fn an_interrupted_task_of_a_dead_replica_waits_for_its_client() {
     let mut again = support::user_message("again");
     again.message_id = "m-again".into();
     again.task_id = asked.id.clone();
-    let SendOutcome::Task(follow_up) = support::within(
-        "the follow-up",
-        a.send_message(
-            "",
-            &Caller::ANONYMOUS,
-            MessageRequest::from(again),
-            HistoryLength::All,
-            false,
-        ),
-    )
-    .await
-    .unwrap() else {
-        panic!("answered with a message");
-    };
+    let follow_up = send_non_blocking(&a, again).await;
     let asked = support::within("the follow-up's run ends", a.wait(*follow_up))
         .await
         .unwrap();

@@ -569,6 +569,19 @@ pub async fn subscribed_while_working(
     (task, stream)
 }
 
+/// Reads `stream` to its error (a store's failure ends a task's streams
+/// with it); a clean end fails the test.
+#[allow(dead_code)]
+pub async fn stream_error(stream: &mut Streaming<StreamResponse>) -> Status {
+    loop {
+        match within("stream", stream.message()).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without the store's error"),
+            Err(status) => return status,
+        }
+    }
+}
+
 /// Metrics text (OpenMetrics or Prometheus), parsed.
 pub fn parse_metrics(text: &str) -> prometheus_parse::Scrape {
     let lines = text.lines().map(|l| Ok(l.to_owned()));
