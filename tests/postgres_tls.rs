@@ -361,14 +361,11 @@ async fn an_unknown_sslmode_is_a_clear_error() {
     let Some((url, _)) = store_url("&sslmode=verify_full").await else {
         return;
     };
-    match within("open the store", PostgresStore::open(&url)).await {
-        Ok(_) => panic!("sslmode=verify_full accepted"),
-        Err(StoreError::Internal(text)) => assert!(
-            text.contains("sslmode=\"verify_full\"") && text.contains("verify-full"),
-            "{text}"
-        ),
-        Err(other) => panic!("not a configuration error: {other}"),
-    }
+    let text = configuration_error(&url).await;
+    assert!(
+        text.contains("sslmode=\"verify_full\"") && text.contains("verify-full"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -376,18 +373,22 @@ async fn verify_full_without_a_root_file_or_with_an_unreadable_one_is_a_clear_er
     let Some((url, _)) = store_url("&sslmode=verify-full").await else {
         return;
     };
-    match within("open the store", PostgresStore::open(&url)).await {
-        Ok(_) => panic!("verify-full without sslrootcert accepted"),
-        Err(StoreError::Internal(text)) => assert!(text.contains("needs sslrootcert"), "{text}"),
-        Err(other) => panic!("not a configuration error: {other}"),
-    }
+    let text = configuration_error(&url).await;
+    assert!(text.contains("needs sslrootcert"), "{text}");
     let missing = format!("{url}&sslrootcert=/nonexistent/a2a-ca.pem");
-    match within("open the store", PostgresStore::open(&missing)).await {
-        Ok(_) => panic!("an unreadable sslrootcert accepted"),
-        Err(StoreError::Internal(text)) => assert!(
-            text.contains("/nonexistent/a2a-ca.pem") && text.contains("cannot be read"),
-            "{text}"
-        ),
+    let text = configuration_error(&missing).await;
+    assert!(
+        text.contains("/nonexistent/a2a-ca.pem") && text.contains("cannot be read"),
+        "{text}"
+    );
+}
+
+/// The configuration error opening a store at `url` gives; opening it, or
+/// failing otherwise, fails the test.
+async fn configuration_error(url: &str) -> String {
+    match within("open the store", PostgresStore::open(url)).await {
+        Ok(_) => panic!("{url} accepted"),
+        Err(StoreError::Internal(text)) => text,
         Err(other) => panic!("not a configuration error: {other}"),
     }
 }
