@@ -353,13 +353,15 @@ async fn refused_reads_reach(store: &Flaky, n: usize) {
 /// any) is opened once the reload after the refused write was refused
 /// too, and the store comes back after more reads than the run's end makes
 /// by itself (at most four: the reload, the end's look at the task, the
-/// dispatch of the queue). The task once settled.
-async fn settled_after_the_store_was_unreadable(
+/// dispatch of the queue). The task must then settle FAILED, its status
+/// message containing `reason`.
+async fn failed_after_the_store_was_unreadable(
     agent: Arc<dyn AgentExecutor>,
     working: &tokio::sync::Notify,
     gate: &tokio::sync::Notify,
     stop: Option<&tokio::sync::Notify>,
-) -> Task {
+    reason: &str,
+) {
     let (server, store) = flaky_server_with(agent).await;
     let mut client = server.client().await;
     let (task, mut stream) = support::subscribed_while_working(&mut client, working).await;
@@ -377,9 +379,14 @@ async fn settled_after_the_store_was_unreadable(
     refused_reads_reach(&store, 6).await;
     store.down.store(false, Ordering::SeqCst);
     store.unreadable.store(false, Ordering::SeqCst);
-    let (_, settled) = settled(&mut client, "", &task.id).await;
+    let (_, failed) = settled(&mut client, "", &task.id).await;
     server.stop().await;
-    settled
+    assert_eq!(state_of(&failed), TaskState::Failed, "{failed:?}");
+    assert!(
+        status_text(&failed).contains(reason),
+        "{}",
+        status_text(&failed)
+    );
 }
 
 /// As above, with the task unreadable too when its run ends (PostgreSQL
@@ -392,15 +399,14 @@ async fn a_task_unreadable_when_its_run_ends_is_failed_once_the_store_recovers()
         gate: tokio::sync::Notify::new(),
         working: tokio::sync::Notify::new(),
     });
-    let failed =
-        settled_after_the_store_was_unreadable(agent.clone(), &agent.working, &agent.gate, None)
-            .await;
-    assert_eq!(state_of(&failed), TaskState::Failed, "{failed:?}");
-    assert!(
-        status_text(&failed).contains("disk full"),
-        "{}",
-        status_text(&failed)
-    );
+    failed_after_the_store_was_unreadable(
+        agent.clone(),
+        &agent.working,
+        &agent.gate,
+        None,
+        "disk full",
+    )
+    .await;
 }
 
 /// WORKING, then (at `gate`) progress, then (at `stop`) returns without a
@@ -433,19 +439,14 @@ async fn a_run_ending_while_its_task_is_unreadable_fails_it_once_the_store_recov
         stop: tokio::sync::Notify::new(),
         working: tokio::sync::Notify::new(),
     });
-    let failed = settled_after_the_store_was_unreadable(
+    failed_after_the_store_was_unreadable(
         agent.clone(),
         &agent.working,
         &agent.gate,
         Some(&agent.stop),
+        "could not be read when the run ended",
     )
     .await;
-    assert_eq!(state_of(&failed), TaskState::Failed, "{failed:?}");
-    assert!(
-        status_text(&failed).contains("could not be read when the run ended"),
-        "{}",
-        status_text(&failed)
-    );
 }
 
 /// Any text but `answer`: WORKING until the gate opens, then INPUT_REQUIRED, then (the

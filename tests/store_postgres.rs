@@ -324,6 +324,18 @@ async fn two_short_leases() -> Option<(PostgresStore, PostgresStore, tokio_postg
     Some((a, b, admin(&url).await))
 }
 
+/// A replica's runtime on `store`, with `agent` for every message.
+fn replica(
+    store: PostgresStore,
+    agent: Arc<dyn a2a_lifecycle::agent::AgentExecutor>,
+) -> a2a_lifecycle::runtime::TaskManager {
+    a2a_lifecycle::runtime::TaskManager::new(
+        Arc::new(store),
+        a2a_lifecycle::agent::AgentRouter::new().with("", agent),
+        a2a_lifecycle::runtime::RuntimeConfig::default(),
+    )
+}
+
 /// A new task created by `message_id`'s run.
 fn created_by(task_id: &str, message_id: &str) -> a2a_lifecycle::lifecycle::TaskRecord {
     let mut message = support::user_message("hello");
@@ -566,9 +578,8 @@ impl a2a_lifecycle::agent::AgentExecutor for Hanging {
 /// repeat with that task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_lost_with_its_replica_is_recorded_failed_not_run_again() {
-    use a2a_lifecycle::agent::AgentRouter;
     use a2a_lifecycle::lifecycle::HistoryLength;
-    use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskManager};
+    use a2a_lifecycle::runtime::{MessageRequest, SendOutcome, TaskManager};
     use a2a_lifecycle::store::Caller;
     use std::sync::atomic::Ordering;
 
@@ -583,13 +594,6 @@ async fn a_message_lost_with_its_replica_is_recorded_failed_not_run_again() {
         })
     };
     let (on_a, on_b) = (agent(), agent());
-    let replica = |store: PostgresStore, agent: Arc<Hanging>| {
-        TaskManager::new(
-            Arc::new(store),
-            AgentRouter::new().with("", agent),
-            RuntimeConfig::default(),
-        )
-    };
     let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
     let mut message = support::user_message("deploy to production");
     message.message_id = "m-lost".into();
@@ -719,10 +723,8 @@ async fn send_non_blocking(
 /// client already gave; no replica runs the message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_up_lost_with_its_replica_fails_its_task() {
-    use a2a_lifecycle::agent::AgentRouter;
     use a2a_lifecycle::lifecycle::HistoryLength;
     use a2a_lifecycle::proto::TaskState;
-    use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
     use a2a_lifecycle::store::Caller;
 
     let Some((a, b, admin)) = two_short_leases().await else {
@@ -733,13 +735,6 @@ async fn a_follow_up_lost_with_its_replica_fails_its_task() {
         Arc::new(AsksThenCounts::default()),
         Arc::new(AsksThenCounts::default()),
     );
-    let replica = |store: PostgresStore, agent: Arc<AsksThenCounts>| {
-        TaskManager::new(
-            Arc::new(store),
-            AgentRouter::new().with("", agent),
-            RuntimeConfig::default(),
-        )
-    };
     let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
     // B runs the task's first message; while that run goes on, A commits
     // a follow-up, whose run waits for B's.
@@ -794,10 +789,8 @@ async fn a_follow_up_lost_with_its_replica_fails_its_task() {
 /// follow-up's (no run is owed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_task_of_a_dead_replica_waits_for_its_client() {
-    use a2a_lifecycle::agent::AgentRouter;
     use a2a_lifecycle::lifecycle::HistoryLength;
     use a2a_lifecycle::proto::TaskState;
-    use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
     use a2a_lifecycle::store::Caller;
 
     let Some((a, b, admin)) = two_short_leases().await else {
@@ -805,16 +798,8 @@ async fn an_interrupted_task_of_a_dead_replica_waits_for_its_client() {
     };
     let dead = a.replica_id();
     let on_a = Arc::new(AsksThenCounts::default());
-    let a = TaskManager::new(
-        Arc::new(a),
-        AgentRouter::new().with("", on_a.clone()),
-        RuntimeConfig::default(),
-    );
-    let b = TaskManager::new(
-        Arc::new(b),
-        AgentRouter::new().with("", Arc::new(AsksThenCounts::default())),
-        RuntimeConfig::default(),
-    );
+    let a = replica(a, on_a.clone());
+    let b = replica(b, Arc::new(AsksThenCounts::default()));
     let started = on_a.started.notified();
     let first = send_non_blocking(&a, support::user_message("deploy")).await;
     support::within("A's run starts", started).await;
