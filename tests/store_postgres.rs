@@ -214,6 +214,9 @@ async fn a_tasks_runs_are_claimed_by_one_replica_at_a_time() {
     .await;
     assert_eq!(b.claim_run("t", "task-1").await.unwrap(), Some(1));
     assert_eq!(a.claim_run("t", "task-1").await.unwrap(), None);
+    // The orphan sweep's hold (`take_runs`) obeys the same claim.
+    assert!(!a.take_runs("t", "task-1").await.unwrap(), "held by b");
+    assert!(b.take_runs("t", "task-1").await.unwrap(), "b's own");
     // A release by a replica that does not hold them changes nothing.
     a.release_run("t", "task-1").await.unwrap();
     assert_eq!(a.claim_run("t", "task-1").await.unwrap(), None);
@@ -226,6 +229,7 @@ async fn a_tasks_runs_are_claimed_by_one_replica_at_a_time() {
     )
     .await
     .unwrap();
+    assert!(a.take_runs("t", "task-1").await.unwrap(), "b is dead");
     assert_eq!(a.claim_run("t", "task-1").await.unwrap(), Some(1));
     assert_eq!(
         a.claim_run("t", "nope").await.unwrap(),
@@ -311,6 +315,22 @@ async fn run_out_lease(admin: &tokio_postgres::Client, replica: uuid::Uuid) {
         .await
         .unwrap();
     assert_eq!(changed, 1, "the replica is registered");
+}
+
+/// Runs out `replica`'s lease and declares it dead, in one transaction
+/// (a renewal cannot come between them).
+async fn declare_dead(admin: &tokio_postgres::Client, replica: uuid::Uuid) {
+    let id = replica.as_bytes().as_slice();
+    admin.batch_execute("BEGIN").await.unwrap();
+    run_out_lease(admin, replica).await;
+    admin.execute("SELECT a2a_reap()", &[]).await.unwrap();
+    admin.batch_execute("COMMIT").await.unwrap();
+    let dead: bool = admin
+        .query_one("SELECT dead FROM replicas WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(dead, "the replica was declared dead");
 }
 
 /// Two replicas' stores with a 2 s lease on a fresh schema, and an admin
@@ -405,6 +425,55 @@ async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id(
         .unwrap()
         .get(0);
     assert!(dead, "the old id stays dead");
+}
+
+/// A dead replica's claim on a message whose task was never stored (its
+/// agent may have acted on it) outlives a retention sweep: the sweep may
+/// run on any replica between the death and the client's retry, and the
+/// retry must still be recorded as lost, not run again (the fault
+/// harness's seed 4242 ran a message twice this way). Only a claim whose
+/// replica died before the retention cutoff, as long ago as a purged
+/// terminal task, is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_replicas_claim_outlives_a_retention_sweep() {
+    use a2a_lifecycle::store::OriginClaim;
+    let Some((a, b, admin)) = two_short_leases().await else {
+        return;
+    };
+    for m in ["m1", "m3"] {
+        assert_eq!(
+            a.claim_origin("t", "", m).await.unwrap(),
+            OriginClaim::First
+        );
+    }
+    let old = a.replica_id();
+    declare_dead(&admin, old).await;
+    let now = a2a_lifecycle::runtime::now();
+    let week_ago = a2a_lifecycle::wkt::Timestamp {
+        seconds: now.seconds - 7 * 24 * 3600,
+        nanos: 0,
+    };
+    assert_eq!(b.purge_terminal_before(&week_ago).await.unwrap(), 0);
+    assert_eq!(
+        b.claim_origin("t", "", "m1").await.unwrap(),
+        OriginClaim::Lost,
+        "the retry of a message a dead replica may have acted on ran again"
+    );
+    // A claim of a replica dead for longer than the retention goes, as
+    // its task would have.
+    admin
+        .execute(
+            "UPDATE replicas SET lease_until = now() - interval '8 days' WHERE id = $1",
+            &[&old.as_bytes().as_slice()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.purge_terminal_before(&week_ago).await.unwrap(), 0);
+    assert_eq!(
+        b.claim_origin("t", "", "m3").await.unwrap(),
+        OriginClaim::First,
+        "a claim older than the retention is forgotten"
+    );
 }
 
 /// The push delivery role's epoch: once the role changed hands, what the
@@ -656,11 +725,16 @@ async fn a_message_lost_with_its_replica_is_recorded_failed_not_run_again() {
 /// a task's first message runs until `proceed`, then asks for input; each
 /// follow-up's run is counted by message id and completes the task, or
 /// asks for input again when its text is "again".
+/// With `hold_follow_ups`, a follow-up's run waits for
+/// `follow_up_proceed` before its first event.
 #[derive(Default)]
 struct AsksThenCounts {
     started: tokio::sync::Notify,
     proceed: tokio::sync::Notify,
     follow_ups: std::sync::Mutex<Vec<String>>,
+    hold_follow_ups: std::sync::atomic::AtomicBool,
+    follow_up_started: tokio::sync::Notify,
+    follow_up_proceed: tokio::sync::Notify,
 }
 
 #[async_trait::async_trait]
@@ -683,6 +757,13 @@ impl a2a_lifecycle::agent::AgentExecutor for AsksThenCounts {
                 .lock()
                 .unwrap()
                 .push(ctx.message.message_id.clone());
+            if self
+                .hold_follow_ups
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                self.follow_up_started.notify_one();
+                self.follow_up_proceed.notified().await;
+            }
             if a2a_lifecycle::agent::message_text(&ctx.message) == "again" {
                 sink.status(TaskState::InputRequired, Some("and then?"))
                     .await?;
@@ -832,4 +913,117 @@ async fn an_interrupted_task_of_a_dead_replica_waits_for_its_client() {
     .await
     .unwrap();
     assert_eq!(support::state_of(&task), TaskState::InputRequired);
+}
+
+/// A follow-up whose run stays queued while its replica loses its lease
+/// and rejoins under a new id (the fault harness's seed 4242 failed such a
+/// task as owing a lost follow-up): the run, started under the new id,
+/// settles what was owed under the old one, so no sweep fails the task
+/// afterwards, on either replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_queued_across_a_rejoin_runs_once_and_is_owed_no_more() {
+    use a2a_lifecycle::lifecycle::HistoryLength;
+    use a2a_lifecycle::proto::TaskState;
+    use a2a_lifecycle::store::Caller;
+
+    let Some((a, b, admin)) = two_short_leases().await else {
+        return;
+    };
+    let (a_store, old) = (a.clone(), a.replica_id());
+    let (on_a, on_b) = (
+        Arc::new(AsksThenCounts::default()),
+        Arc::new(AsksThenCounts::default()),
+    );
+    let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
+    // A hears of B's writes (B's run ending, its claim released).
+    let following = tokio::spawn(a.clone().follow_changes());
+    // B runs the first message; A commits a follow-up meanwhile, whose
+    // run waits for B's.
+    let started = on_b.started.notified();
+    let first = send_non_blocking(&b, support::user_message("deploy")).await;
+    support::within("B's run starts", started).await;
+    let task_id = first.snapshot.id.clone();
+    let mut again = support::user_message("again");
+    again.message_id = "m-again".into();
+    again.task_id = task_id.clone();
+    let follow_up = send_non_blocking(&a, again).await;
+    // A is declared dead and rejoins under a new id, its run still queued.
+    declare_dead(&admin, old).await;
+    assert_eq!(
+        support::within("B declares A dead", b.fail_orphaned_tasks())
+            .await
+            .unwrap(),
+        0,
+        "the task was failed while its follow-up's run was queued and the task active"
+    );
+    support::within("A rejoins under a new id", async {
+        while a_store.replica_id() == old || a_store.held_for().is_zero() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    on_a.hold_follow_ups
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let follow_up_started = on_a.follow_up_started.notified();
+    on_b.proceed.notify_one();
+    support::within("A's run of the follow-up starts", follow_up_started).await;
+    // A sweep that read the task before A's claim (interrupted, owing a
+    // run to A's old id) and fails it now would fail a task whose
+    // follow-up runs: it finds the runs held by a live replica and leaves
+    // the task alone.
+    let owed_as_read = admin
+        .execute(
+            "UPDATE tasks SET owed = owed || $2::bytea WHERE id = $1",
+            &[&task_id.as_bytes(), &old.as_bytes().as_slice()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(owed_as_read, 1);
+    assert_eq!(
+        support::within("B's sweep", b.fail_orphaned_tasks())
+            .await
+            .unwrap(),
+        0,
+        "B failed a task whose follow-up's run had started"
+    );
+    admin
+        .execute(
+            "UPDATE tasks SET owed = '{}' WHERE id = $1",
+            &[&task_id.as_bytes()],
+        )
+        .await
+        .unwrap();
+    on_a.follow_up_proceed.notify_one();
+    let asked = support::within("A's run of the follow-up ends", a.wait(*follow_up))
+        .await
+        .unwrap();
+    assert_eq!(support::state_of(&asked), TaskState::InputRequired);
+    assert_eq!(*on_a.follow_ups.lock().unwrap(), ["m-again"]);
+    assert!(on_b.follow_ups.lock().unwrap().is_empty(), "B ran it too");
+    let owed: i32 = admin
+        .query_one(
+            "SELECT cardinality(owed) FROM tasks WHERE id = $1",
+            &[&task_id.as_bytes()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(owed, 0, "a run is still owed after it ran");
+    for (name, sweeper) in [("B", &b), ("A", &a)] {
+        assert_eq!(
+            support::within("the sweep", sweeper.fail_orphaned_tasks())
+                .await
+                .unwrap(),
+            0,
+            "{name}'s sweep failed a task whose follow-up ran"
+        );
+    }
+    let task = support::within(
+        "the task",
+        b.get_task("", &Caller::ANONYMOUS, &task_id, HistoryLength::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(support::state_of(&task), TaskState::InputRequired);
+    following.abort();
 }

@@ -1245,6 +1245,19 @@ impl LiveTask {
         }
     }
 
+    /// Gives back the task's runs the orphan sweep took
+    /// ([`crate::store::TaskStore::take_runs`]) without ending the task,
+    /// as after a run, unless a run of this process claims them
+    /// meanwhile (it releases them itself).
+    pub(crate) fn give_back_taken_runs(self: &Arc<Self>, shared: &Arc<Shared>) {
+        let mut runs = self.runs();
+        if runs.claim == RunClaim::Free {
+            runs.claim = RunClaim::Releasing;
+            drop(runs);
+            tokio::spawn(self.clone().release_runs(shared.clone()));
+        }
+    }
+
     fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
         // Poisoning would need a panic while it is held, and nothing held
         // under it panics; recover the data rather than spread the panic.
@@ -1374,6 +1387,21 @@ impl LiveTask {
         let event = super::server_status(TaskState::Failed, message);
         self.apply(shared, state, event, Author::Server).await?;
         Ok(true)
+    }
+
+    /// Fails the task, still interrupted, for a follow-up's run that a
+    /// dead replica owed it, unless a run of this process has taken the
+    /// task up: a run starts under the task's lock (`dispatch_locked`),
+    /// so it cannot start between the look and the write.
+    pub(crate) async fn fail_lost_follow_up(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        message: &str,
+    ) -> Result<bool, A2aError> {
+        self.fail_when(shared, message, |r| {
+            r.state().is_interrupted() && !self.runs().active
+        })
+        .await
     }
 
     /// The current run ended: starts the next queued one, if any may run.

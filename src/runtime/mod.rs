@@ -1084,10 +1084,27 @@ impl TaskManager {
             // interrupted task another replica's run has taken up since is
             // that run's to end.
             let done = if stored.record.state().is_interrupted() {
-                live.fail_when(&self.shared, LOST_FOLLOW_UP_FAILURE, |r| {
-                    r.state().is_interrupted()
-                })
-                .await?
+                // The task's runs first: the process that took the
+                // follow-up may have rejoined under a new id and be
+                // starting its run now (its claim settles what it owed
+                // under the old id). Whichever of the two claims first
+                // goes on; the other leaves the task alone.
+                if !self
+                    .shared
+                    .store
+                    .take_runs(&tenant, &stored.record.task.id)
+                    .await
+                    .map_err(store_error)?
+                {
+                    continue;
+                }
+                let failed = live
+                    .fail_lost_follow_up(&self.shared, LOST_FOLLOW_UP_FAILURE)
+                    .await;
+                if !matches!(failed, Ok(true)) {
+                    live.give_back_taken_runs(&self.shared);
+                }
+                failed?
             } else {
                 live.fail_if_active(&self.shared, RESTART_FAILURE).await?
             };

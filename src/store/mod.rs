@@ -525,6 +525,19 @@ pub trait TaskStore: Send + Sync + 'static {
         Ok(Some(0))
     }
 
+    /// Holds the task's runs, free, this process's already, or taken from
+    /// a replica declared dead, without starting a run or settling one
+    /// owed: `true` when this process holds them (it releases them,
+    /// [`TaskStore::release_run`], unless the task ends), `false` while
+    /// another live one does. The orphan sweep takes them before it fails
+    /// an interrupted task owing a dead replica's run: a process that
+    /// rejoined under a new id may be starting that very run (its claim
+    /// settles what it owed under its old id), and one of the two then
+    /// finds the runs held. A store of one process: always `true`.
+    async fn take_runs(&self, _tenant: &str, _task_id: &str) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
     /// Releases this process's claim on the task's runs
     /// ([`TaskStore::claim_run`]) after a run that left it interrupted,
     /// and wakes the replicas whose queued runs wait for it

@@ -12,8 +12,8 @@ use a2a_lifecycle::proto::{Role, Task, TaskState};
 
 use crate::cluster::LogLine;
 use crate::history::{
-    Clock, EventKey, Fault, Item, MessageKind, Outcome, Records, Sent, StreamEnd, StreamLog, T,
-    active, log_line_wall_us, state_name, terminal,
+    Call, Clock, EventKey, Fault, Item, MessageKind, Outcome, Records, Sent, StreamEnd, StreamLog,
+    T, active, log_line_wall_us, state_name, terminal,
 };
 
 /// One process's log, as the checker reads it.
@@ -1052,6 +1052,53 @@ pub fn check(input: &Input<'_>) -> Report {
             continue;
         };
         let failed_at = input.clock.of_timestamp(ts);
+        if text == a2a_lifecycle::runtime::LOST_FOLLOW_UP_FAILURE {
+            // Failed as owing a follow-up's run: a follow-up of this task,
+            // in its history, never ran, and a fault touched a process
+            // that took it between the call and the failure. (Not the last
+            // run's process: the replica that took the follow-up may be
+            // another.)
+            let unrun: Vec<&str> = r
+                .sent
+                .iter()
+                .filter(|s| s.kind == MessageKind::FollowUp)
+                .filter(|s| s.task_id.as_deref() == Some(id.as_str()))
+                .filter(|s| {
+                    held.get(s.message_id.as_str())
+                        .is_some_and(|p| p.iter().any(|(t, _)| t == id))
+                })
+                .filter(|s| !runs_of_message.contains_key(s.message_id.as_str()))
+                .map(|s| s.message_id.as_str())
+                .collect();
+            let takers: Vec<&Call> = r
+                .calls
+                .iter()
+                .filter(|c| c.message_id.as_deref().is_some_and(|m| unrun.contains(&m)))
+                .collect();
+            let explained = takers.iter().any(|c| {
+                c.start <= failed_at && !touched(&c.replica, c.start, failed_at).is_empty()
+            });
+            if !explained {
+                let mut e = vec![format!("failed at {failed_at}")];
+                e.extend(takers.iter().map(|c| c.to_string()));
+                e.extend(describe_runs(id));
+                push(
+                    &mut v,
+                    Check::Healthy,
+                    if unrun.is_empty() {
+                        format!(
+                            "task {id} was FAILED as owing a follow-up's run, but every follow-up in its history ran"
+                        )
+                    } else {
+                        format!(
+                            "task {id} was FAILED as owing the run of {unrun:?}, but no fault touched a replica that took it"
+                        )
+                    },
+                    e,
+                );
+            }
+            continue;
+        }
         let last_run = runs_of_task.get(id.as_str()).and_then(|of| {
             of.iter()
                 .filter(|run| run.start <= failed_at)

@@ -12,7 +12,7 @@ use a2a_lifecycle::wkt::Timestamp;
 use crate::checker::{self, Check, ProcessLog};
 use crate::cluster::LogLine;
 use crate::history::{
-    Clock, EventKey, Fault, Item, MessageKind, Post, Records, Sent, StreamEnd, StreamLog, T,
+    Call, Clock, EventKey, Fault, Item, MessageKind, Post, Records, Sent, StreamEnd, StreamLog, T,
 };
 
 /// A made-up run: its records, streams, tasks and logs.
@@ -371,4 +371,59 @@ fn the_checker_finds_planted_violations_and_only_those() {
         found.is_empty(),
         "a cut-off replica's task failed: {found:?}"
     );
+
+    // A task failed as owing a follow-up's run: excused by a fault on the
+    // replica that took the follow-up, not on the one that ran the task
+    // before; wrong when the follow-up ran after all.
+    for (follow_up_ran, taker_paused) in [(false, true), (false, false), (true, true)] {
+        let mut w = World::sound();
+        let task = w.task(
+            "t5",
+            TaskState::Failed,
+            ms(6000),
+            a2a_lifecycle::runtime::LOST_FOLLOW_UP_FAILURE,
+            &["m5", "m6"],
+        );
+        w.tasks.insert("t5".into(), (String::new(), task));
+        w.sent("m5", "t5", None);
+        w.records.sent[1].push_token = None;
+        w.run(1, "t5", "m5", ms(1200), ms(1400));
+        w.records.sent.push(Sent {
+            kind: MessageKind::FollowUp,
+            message_id: "m6".into(),
+            push_token: None,
+            ..w.records.sent[1].clone()
+        });
+        w.records.calls.push(Call {
+            kind: "send",
+            tenant: String::new(),
+            replica: "r0.0".into(),
+            message_id: Some("m6".into()),
+            task_id: Some("t5".into()),
+            start: ms(2000),
+            end: ms(2100),
+            outcome: crate::history::Outcome::Ok("task t5".into()),
+        });
+        if follow_up_ran {
+            w.run(0, "t5", "m6", ms(2200), ms(2300));
+        }
+        if taker_paused {
+            w.records.faults.push(Fault {
+                kind: "pause".into(),
+                slot: Some(0),
+                process: Some("r0.0".into()),
+                start: ms(2150),
+                end: Some(ms(5000)),
+                past_lease: true,
+                note: String::new(),
+            });
+        }
+        let what = format!("a lost follow-up (ran: {follow_up_ran}, taker paused: {taker_paused})");
+        if taker_paused && !follow_up_ran {
+            let found: Vec<String> = w.violations().iter().map(|v| v.to_string()).collect();
+            assert!(found.is_empty(), "{what}: {found:?}");
+        } else {
+            found_by(&w, Check::Healthy, &what);
+        }
+    }
 }

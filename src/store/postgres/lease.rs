@@ -39,6 +39,9 @@ pub const RENEWALS_PER_LEASE: u32 = 3;
 pub const SAFETY_MARGIN_PART: u32 = 10;
 /// SQLSTATE of `a2a_fence`'s refusal.
 pub const FENCED_SQLSTATE: &str = "A2A01";
+/// How many of the ids this process wrote under before it last rejoined
+/// are kept ([`Standing::ids`]): one more per lease lost, 16 bytes each.
+pub const MAX_FORMER_IDS: usize = 64;
 
 /// Registers a new replica id with a lease of `lease`.
 pub const JOIN: &str = "INSERT INTO replicas (id, lease_until) \
@@ -56,6 +59,9 @@ pub struct Standing {
     /// The id this replica writes under now; a new one after it was
     /// declared dead.
     id: RwLock<Arc<[u8]>>,
+    /// The ids this process wrote under before, newest last (at most
+    /// [`MAX_FORMER_IDS`]).
+    former: RwLock<Vec<Arc<[u8]>>>,
     /// When [`Self::base`] is zero: nanoseconds after it until which the
     /// lease is held (0: not held).
     held_until: AtomicU64,
@@ -70,6 +76,7 @@ impl Standing {
         Arc::new(Standing {
             lease,
             id: RwLock::new(new_id()),
+            former: RwLock::new(Vec::new()),
             held_until: AtomicU64::new(0),
             base: Instant::now(),
             losses: watch::channel(0).0,
@@ -129,7 +136,23 @@ impl Standing {
     /// registered).
     pub fn rejoin(&self, id: Arc<[u8]>) {
         self.lose();
-        *self.id.write().unwrap_or_else(|e| e.into_inner()) = id;
+        let old = std::mem::replace(&mut *self.id.write().unwrap_or_else(|e| e.into_inner()), id);
+        let mut former = self.former.write().unwrap_or_else(|e| e.into_inner());
+        if former.len() == MAX_FORMER_IDS {
+            former.remove(0);
+        }
+        former.push(old);
+    }
+
+    /// Every id this process wrote under: the current one first, then
+    /// those it had before it rejoined. A run this process owes a task
+    /// (`tasks.owed`) may have been recorded under any of them: its queue
+    /// of follow-ups outlives a rejoin.
+    pub fn ids(&self) -> Vec<Vec<u8>> {
+        let mut ids = vec![self.id().to_vec()];
+        let former = self.former.read().unwrap_or_else(|e| e.into_inner());
+        ids.extend(former.iter().rev().map(|id| id.to_vec()));
+        ids
     }
 
     /// Counts the losses of the lease.

@@ -686,24 +686,45 @@ impl TaskStore for PostgresStore {
         let client = self.client().await?;
         reap(&client).await?;
         let me = self.standing.id();
+        let mine = self.standing.ids();
         // Free, already this replica's, or held by a replica declared dead
         // (its run is over: it is failed or about to be, and it can write
         // nothing more). The run about to start settles one of the runs
-        // this replica owes the task (`owed`).
+        // this process owes the task (`owed`), under its current id or
+        // one it had before it rejoined: the follow-up may have been
+        // committed under that one, and its run stayed queued here.
         let row = client
             .query_opt(
                 "UPDATE tasks SET runner = $3, run_held = true, \
-                 owed = CASE WHEN array_position(owed, $3) IS NULL THEN owed \
-                 ELSE owed[:array_position(owed, $3) - 1] || owed[array_position(owed, $3) + 1:] END \
+                 owed = COALESCE((SELECT owed[:p.i - 1] || owed[p.i + 1:] FROM \
+                 (SELECT min(s) AS i FROM generate_subscripts(owed, 1) s WHERE owed[s] = ANY($4)) p \
+                 WHERE p.i IS NOT NULL), owed) \
                  FROM (SELECT a2a_fence($3)) f \
                  WHERE tenant = $1 AND id = $2 AND (NOT run_held OR runner = $3 \
                  OR runner NOT IN (SELECT id FROM replicas WHERE NOT dead)) \
                  RETURNING version",
-                &[&tenant.as_bytes(), &task_id.as_bytes(), &&*me],
+                &[&tenant.as_bytes(), &task_id.as_bytes(), &&*me, &mine],
             )
             .await
             .map_err(unavailable)?;
         Ok(row.map(|r| r.get::<_, i64>(0) as u64))
+    }
+
+    async fn take_runs(&self, tenant: &str, task_id: &str) -> Result<bool, StoreError> {
+        self.standing.check()?;
+        let client = self.client().await?;
+        reap(&client).await?;
+        let me = self.standing.id();
+        let taken = client
+            .execute(
+                "UPDATE tasks SET runner = $3, run_held = true FROM (SELECT a2a_fence($3)) f \
+                 WHERE tenant = $1 AND id = $2 AND (NOT run_held OR runner = $3 \
+                 OR runner NOT IN (SELECT id FROM replicas WHERE NOT dead))",
+                &[&tenant.as_bytes(), &task_id.as_bytes(), &&*me],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(taken == 1)
     }
 
     async fn release_run(&self, tenant: &str, task_id: &str) -> Result<(), StoreError> {
@@ -855,20 +876,26 @@ impl TaskStore for PostgresStore {
     async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         // The tasks of replicas declared dead: those whose lease ran out
         // are declared so first. Active ones ran there; interrupted ones
-        // owe a follow-up a run that was to start there.
+        // owe a follow-up a run that was to start there (unless that
+        // replica is this process under an id it had before it rejoined:
+        // the run is still queued here).
         let sql = format!(
             "SELECT tenant, record, version, id FROM tasks WHERE state IN ({}) AND runner <> $1 \
              AND runner NOT IN (SELECT id FROM replicas WHERE NOT dead) \
              UNION ALL SELECT tenant, record, version, id FROM tasks \
              WHERE owed <> '{{}}' AND state IN ({}) AND EXISTS (SELECT 1 FROM unnest(owed) o(r) \
-             WHERE r <> $1 AND r NOT IN (SELECT id FROM replicas WHERE NOT dead))",
+             WHERE r <> ALL($2) AND r NOT IN (SELECT id FROM replicas WHERE NOT dead))",
             state_list(StateClass::Active),
             state_list(StateClass::Interrupted)
         );
         let client = self.client().await?;
         reap(&client).await?;
         let me = self.standing.id();
-        let rows = client.query(&sql, &[&&*me]).await.map_err(unavailable)?;
+        let mine = self.standing.ids();
+        let rows = client
+            .query(&sql, &[&&*me, &mine])
+            .await
+            .map_err(unavailable)?;
         self.recoverable(rows).await
     }
 
@@ -1048,7 +1075,13 @@ impl TaskStore for PostgresStore {
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
         let (s, n) = time_key(before);
         // A purged task's idempotency claim goes with it; so do the claims
-        // of replicas long dead whose runs created no task.
+        // of replicas dead since before the cutoff whose runs created no
+        // task. Not sooner: such a claim says that a run may have acted on
+        // its message, and a retry taking it over records the task as lost
+        // instead of running the agent again; forgotten at once (a sweep
+        // between the replica's death and the retry), the retry would run
+        // it a second time. Kept as long as a terminal task, it ends as one
+        // would.
         let sql = format!(
             "WITH gone AS (DELETE FROM tasks WHERE state IN ({}) \
              AND (status_seconds, status_nanos) < ($1, $2) RETURNING tenant, id, origin), \
@@ -1067,9 +1100,9 @@ impl TaskStore for PostgresStore {
         client
             .execute(
                 "DELETE FROM origin_claims c USING replicas r WHERE c.replica = r.id \
-                 AND r.dead \
+                 AND r.dead AND r.lease_until < to_timestamp($1::int8::float8) \
                  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.tenant = c.tenant AND t.origin = c.origin)",
-                &[],
+                &[&s],
             )
             .await
             .map_err(unavailable)?;
