@@ -138,7 +138,7 @@
 //! PostgreSQL is needed as for tests/replicas.rs (`support::postgres`:
 //! skipped, saying so, when nothing answers and `A2A_TEST_POSTGRES` is not
 //! set). It runs only when asked (`A2A_TEST_FAULTS=1`), as `.ci/run`
-//! does on every run (seed 7). By default 60 s of faults
+//! does on every run (a seed drawn per run). By default 60 s of faults
 //! (about two minutes in all):
 //!
 //! ```sh
