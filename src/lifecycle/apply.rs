@@ -20,6 +20,7 @@
 
 use crate::wkt::{Struct, Timestamp};
 
+use super::change::{Change, HistoryIds, PushConfigList};
 use super::transition::{TransitionError, TransitionPolicy};
 use crate::proto::{
     Artifact, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
@@ -135,6 +136,9 @@ pub struct TaskRecord {
     /// caller sent one or spans are exported; its webhooks carry it, so a
     /// notification joins the trace of the run behind it. "" for none.
     pub trace: String,
+    /// The history's message ids, for the repeated-message check (a
+    /// cache, see [`HistoryIds`]).
+    pub(crate) history_ids: HistoryIds,
 }
 
 impl TaskRecord {
@@ -168,6 +172,7 @@ impl TaskRecord {
             push_configs: Vec::new(),
             v0_3_push_configs: Vec::new(),
             trace: String::new(),
+            history_ids: HistoryIds::default(),
         }
     }
 
@@ -233,8 +238,26 @@ impl TaskRecord {
         now: Timestamp,
         policy: TransitionPolicy,
     ) -> Result<Option<StreamResponse>, ApplyError> {
+        self.apply_logged(event, now, policy, &mut Vec::new())
+    }
+
+    /// [`TaskRecord::apply`], appending to `log` what it changed in the
+    /// record ([`Change`]): replayed in order on the record as it was
+    /// ([`TaskRecord::replay`]), they make it what it is now. Nothing is
+    /// logged for a refused event.
+    pub fn apply_logged(
+        &mut self,
+        event: TaskEvent,
+        now: Timestamp,
+        policy: TransitionPolicy,
+        log: &mut Vec<Change>,
+    ) -> Result<Option<StreamResponse>, ApplyError> {
         if let TaskEvent::PushConfig(change) = event {
             self.change_push_config(change)?;
+            log.push(Change::PushConfigs(PushConfigList {
+                configs: self.push_configs.clone(),
+                v0_3: self.v0_3_push_configs.clone(),
+            }));
             return Ok(None);
         }
         let state = self.state();
@@ -243,36 +266,32 @@ impl TaskRecord {
         }
         match event {
             TaskEvent::PushConfig(_) => unreachable!("applied above"),
-            TaskEvent::Status(update) => self.apply_status(update, now, policy).map(Some),
-            TaskEvent::Artifact(update) => self.apply_artifact(update).map(Some),
+            TaskEvent::Status(update) => self.apply_status(update, now, policy, log).map(Some),
+            TaskEvent::Artifact(update) => self.apply_artifact(update, log).map(Some),
             TaskEvent::UserMessage(message) => {
                 let message = self.own_message(message)?;
-                if let Some(question) = self.task.status.as_mut().and_then(|s| s.message.take()) {
-                    self.push_history(question);
+                if let Some(status) = &mut self.task.status
+                    && let Some(question) = status.message.take()
+                {
+                    log.push(Change::Status(status.clone()));
+                    self.push_history(question, log);
                 }
-                self.task.history.push(message);
+                log.push(Change::History(message.clone()));
+                self.append_history(message);
                 Ok(None)
             }
             TaskEvent::Metadata(update) => {
-                use crate::wkt::value::Kind;
-                let fields = &mut self
-                    .task
-                    .metadata
-                    .get_or_insert_with(Default::default)
-                    .fields;
-                for (key, value) in update.fields {
-                    if matches!(value.kind, None | Some(Kind::NullValue(_))) {
-                        fields.remove(&key);
-                    } else {
-                        fields.insert(key, value);
-                    }
-                }
-                if fields.is_empty() {
-                    self.task.metadata = None;
-                }
+                log.push(Change::Metadata(update.clone()));
+                merge_metadata(&mut self.task.metadata, update);
                 Ok(None)
             }
         }
+    }
+
+    /// Appends `message` to history, keeping [`HistoryIds`] up to date.
+    pub(crate) fn append_history(&mut self, message: Message) {
+        self.task.history.push(message);
+        self.history_ids.appended(&self.task.history);
     }
 
     fn change_push_config(&mut self, change: PushConfigChange) -> Result<(), ApplyError> {
@@ -308,6 +327,7 @@ impl TaskRecord {
         update: StatusUpdate,
         now: Timestamp,
         policy: TransitionPolicy,
+        log: &mut Vec<Change>,
     ) -> Result<StreamResponse, ApplyError> {
         policy.check(self.state(), update.state)?;
         let message = match update.message {
@@ -324,18 +344,10 @@ impl TaskRecord {
             message,
             timestamp: Some(now),
         };
+        log.push(Change::Status(status.clone()));
         let superseded = self.task.status.replace(status.clone());
         if let Some(old) = superseded.and_then(|s| s.message) {
-            // The same message may already be there (an agent that repeats
-            // its status message); history keeps one copy.
-            if !self
-                .task
-                .history
-                .iter()
-                .any(|m| m.message_id == old.message_id)
-            {
-                self.task.history.push(old);
-            }
+            self.push_history(old, log);
         }
         Ok(StreamResponse {
             payload: Some(Payload::StatusUpdate(TaskStatusUpdateEvent {
@@ -349,18 +361,21 @@ impl TaskRecord {
 
     /// Appends to history unless a message with the same id is already
     /// there (an agent that repeats its status message): one copy each.
-    fn push_history(&mut self, message: Message) {
+    fn push_history(&mut self, message: Message, log: &mut Vec<Change>) {
         if !self
-            .task
-            .history
-            .iter()
-            .any(|m| m.message_id == message.message_id)
+            .history_ids
+            .contains(&self.task.history, &message.message_id)
         {
-            self.task.history.push(message);
+            log.push(Change::History(message.clone()));
+            self.append_history(message);
         }
     }
 
-    fn apply_artifact(&mut self, update: ArtifactUpdate) -> Result<StreamResponse, ApplyError> {
+    fn apply_artifact(
+        &mut self,
+        update: ArtifactUpdate,
+        log: &mut Vec<Change>,
+    ) -> Result<StreamResponse, ApplyError> {
         let ArtifactUpdate {
             artifact,
             append,
@@ -384,12 +399,22 @@ impl TaskRecord {
             .find(|a| a.artifact_id == *id);
         match (append, existing) {
             (true, None) => return Err(ApplyError::UnknownArtifact(id.clone())),
-            (true, Some(target)) => extend_artifact(target, &artifact),
-            (false, Some(target)) => *target = artifact.clone(),
-            (false, None) => self.task.artifacts.push(artifact.clone()),
+            (true, Some(target)) => {
+                extend_artifact(target, &artifact);
+                log.push(Change::ExtendArtifact(artifact.clone()));
+            }
+            (false, Some(target)) => {
+                *target = artifact.clone();
+                log.push(Change::ReplaceArtifact(artifact.clone()));
+            }
+            (false, None) => {
+                self.task.artifacts.push(artifact.clone());
+                log.push(Change::AddArtifact(artifact.clone()));
+            }
         }
         if last_chunk {
             self.sealed_artifacts.push(id.clone());
+            log.push(Change::Seal(id.clone()));
         }
         Ok(StreamResponse {
             payload: Some(Payload::ArtifactUpdate(TaskArtifactUpdateEvent {
@@ -404,9 +429,27 @@ impl TaskRecord {
     }
 }
 
+/// Sets the metadata keys of `update` (spec §4.1.1): each replaces the
+/// value of its key, and a null value removes the key; metadata left
+/// empty is none.
+pub(crate) fn merge_metadata(metadata: &mut Option<Struct>, update: Struct) {
+    use crate::wkt::value::Kind;
+    let fields = &mut metadata.get_or_insert_with(Default::default).fields;
+    for (key, value) in update.fields {
+        if matches!(value.kind, None | Some(Kind::NullValue(_))) {
+            fields.remove(&key);
+        } else {
+            fields.insert(key, value);
+        }
+    }
+    if fields.is_empty() {
+        *metadata = None;
+    }
+}
+
 /// Appends a chunk to an artifact: parts are added in order; a chunk's name,
 /// description, metadata keys and extensions fill in or override.
-fn extend_artifact(target: &mut Artifact, chunk: &Artifact) {
+pub(crate) fn extend_artifact(target: &mut Artifact, chunk: &Artifact) {
     target.parts.extend(chunk.parts.iter().cloned());
     if !chunk.name.is_empty() {
         target.name = chunk.name.clone();

@@ -34,9 +34,11 @@ use super::{Shared, TaskHandle, TaskKey, now, store_error};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
-use crate::lifecycle::{ApplyError, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy};
+use crate::lifecycle::{
+    ApplyError, Change, Changes, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy,
+};
 use crate::proto::{Message, StreamResponse, Task, TaskState, stream_response::Payload};
-use crate::store::{Caller, EncodedTask, OutboxEntry, StoreError};
+use crate::store::{Body, Caller, EncodedTask, OutboxEntry, StoreError};
 
 /// What blocking waiters watch: the committed state, how many status
 /// events have been committed, and where the task's runs are.
@@ -167,13 +169,13 @@ pub(crate) struct Loaded {
     /// Every accepted event applied, committed or not.
     pub(crate) record: TaskRecord,
     /// What the store holds at `version` (what readers and new subscribers
-    /// see), encoded: the bytes of the last write, which the store keeps
-    /// too. While no event is pending it equals the working copy, and
-    /// readers use that instead; `None` then means not encoded yet. With
-    /// events pending it is always `Some`. Holding the committed copy
-    /// encoded rather than as a second `TaskRecord` spares a deep copy of
-    /// the task per write (measured: the largest cost of a commit).
-    committed: Option<EncodedTask>,
+    /// see). Made when the first event after a load is accepted (a copy of
+    /// the working copy), and from then on kept in step by replaying each
+    /// commit's changes on it ([`Change`]): never copied whole per write,
+    /// however long the task (issue "long-lived tasks"). While no event is
+    /// pending it equals the working copy, and readers use that; `None`
+    /// then means not made yet. With events pending it is always `Some`.
+    committed: Option<TaskRecord>,
     version: u64,
     /// Accepted, not yet committed, in order.
     pending: Vec<Pending>,
@@ -184,10 +186,23 @@ pub(crate) struct Loaded {
     failure: Option<StoreError>,
     events: Option<broadcast::Sender<Broadcast>>,
     /// At least the encoded size of the working copy's task: exact after
-    /// each write, grown by each accepted event's size in between (see
-    /// [`MAX_TASK_BYTES`]).
+    /// each whole write, grown by each accepted event's size in between
+    /// (see [`MAX_TASK_BYTES`]).
     bytes: usize,
+    /// The encoded size of the task's last whole record in the store, and
+    /// of the changes written since: what decides when a write is whole
+    /// again ([`MIN_CHANGES_BEFORE_WHOLE`]).
+    whole_bytes: usize,
+    changes_bytes: usize,
 }
+
+/// A write of a task's changes ([`Body::Changes`]) is made whole instead
+/// once the changes written since the last whole record would reach that
+/// record's size, and at least this many bytes: each whole write then
+/// follows at least as many bytes of changes as it costs, so a long task
+/// costs about what its updates changed, twice over at most, and a read
+/// replays at most that much (issue "long-lived tasks").
+pub const MIN_CHANGES_BEFORE_WHOLE: usize = 16 * 1024;
 
 /// Largest encoded task a client message or an agent event may produce:
 /// below [`crate::proto::MAX_MESSAGE_BYTES`], with room for the response
@@ -215,6 +230,9 @@ fn event_bytes(event: &TaskEvent) -> usize {
 /// An accepted event waiting for its commit.
 struct Pending {
     event: TaskEvent,
+    /// What applying it changed in the working copy; taken by the write
+    /// that commits it.
+    changes: Vec<Change>,
     author: Author,
     /// The run current when it was accepted.
     run: u64,
@@ -230,9 +248,12 @@ struct Pending {
 impl Loaded {
     pub(crate) fn new(record: TaskRecord, version: u64) -> Self {
         use prost::Message as _;
+        let bytes = record.task.encoded_len();
         Loaded {
             committed: None,
-            bytes: record.task.encoded_len(),
+            bytes,
+            whole_bytes: bytes,
+            changes_bytes: 0,
             record,
             version,
             pending: Vec::new(),
@@ -251,38 +272,37 @@ impl Loaded {
 
     /// The committed task: what a reader may be shown.
     pub(crate) fn task(&self) -> Cow<'_, Task> {
-        self.committed_part(|r| &r.task, |r| r.task)
+        Cow::Borrowed(&self.committed_record().task)
     }
 
     /// The committed push notification configs: what a reader may be shown.
     pub(crate) fn push_configs(&self) -> Cow<'_, [crate::proto::TaskPushNotificationConfig]> {
-        self.committed_part(|r| r.push_configs.as_slice(), |r| r.push_configs)
+        Cow::Borrowed(self.committed_record().push_configs.as_slice())
     }
 
-    /// A part of the committed record: the working copy's when nothing is
-    /// pending, else read from the committed bytes. Bytes this process
-    /// encoded itself; should they not decode, the working copy is the
-    /// closest truth there is.
-    fn committed_part<'a, T: ToOwned + ?Sized>(
-        &'a self,
-        borrow: impl Fn(&'a TaskRecord) -> &'a T,
-        own: impl FnOnce(TaskRecord) -> T::Owned,
-    ) -> Cow<'a, T> {
+    /// The task as read from the store again, at `version`, nothing
+    /// pending.
+    fn reload(&mut self, record: TaskRecord, version: u64) {
+        *self = Loaded {
+            pending: std::mem::take(&mut self.pending),
+            flushing: self.flushing,
+            failure: self.failure.take(),
+            events: self.events.take(),
+            ..Loaded::new(record, version)
+        };
+    }
+
+    /// The committed record (see [`Loaded::committed`]).
+    fn committed_record(&self) -> &TaskRecord {
         match &self.committed {
-            Some(committed) if !self.pending.is_empty() => match committed.decode() {
-                Ok(record) => Cow::Owned(own(record)),
-                Err(_) => Cow::Borrowed(borrow(&self.record)),
-            },
-            _ => Cow::Borrowed(borrow(&self.record)),
+            Some(committed) if !self.pending.is_empty() => committed,
+            _ => &self.record,
         }
     }
 
     /// The committed state.
     fn committed_state(&self) -> TaskState {
-        match &self.committed {
-            Some(committed) if !self.pending.is_empty() => committed.state,
-            _ => self.record.state(),
-        }
+        self.committed_record().state()
     }
 }
 
@@ -555,14 +575,19 @@ impl LiveTask {
                 });
             }
         }
-        if loaded.pending.is_empty() && loaded.committed.is_none() {
+        if loaded.committed.is_none() {
             // The working copy is about to move ahead of the store: keep
-            // what readers must go on seeing until the commit.
-            loaded.committed = Some(EncodedTask::new(&loaded.record));
+            // what readers must go on seeing until the commit, from now
+            // on kept in step by each commit's changes.
+            loaded.committed = Some(loaded.record.clone());
         }
-        let out = loaded
-            .record
-            .apply(event.clone(), now(), policy(shared, author))?;
+        let mut changes = Vec::new();
+        let out = loaded.record.apply_logged(
+            event.clone(),
+            now(),
+            policy(shared, author),
+            &mut changes,
+        )?;
         loaded.bytes += added;
         let (tx, rx) = oneshot::channel();
         // Read without the runs lock: set only under this task's lock
@@ -570,6 +595,7 @@ impl LiveTask {
         let run = self.current_run.load(std::sync::atomic::Ordering::Relaxed);
         loaded.pending.push(Pending {
             event,
+            changes,
             author,
             run,
             follow_up: None,
@@ -637,15 +663,15 @@ impl LiveTask {
             // Let the emitter that started this flush go on first: events it
             // emits right away join this write instead of needing another.
             tokio::task::yield_now().await;
-            let (write, version, count) = match self.next_write(&mut seen, shared.replicated).await
-            {
+            let (write, version, count, changes) = match self.next_write(&mut seen, &shared).await {
                 NextWrite::Done => return,
                 NextWrite::Gather => continue,
                 NextWrite::Write {
                     write,
                     version,
                     count,
-                } => (write, version, count),
+                    changes,
+                } => (write, version, count, changes),
             };
             // Version 0: the task is new, and this write creates it.
             // Timed only when counted (a clock read per write otherwise).
@@ -665,7 +691,7 @@ impl LiveTask {
             let Some(loaded) = guard.as_mut() else { return };
             let go_on = match result {
                 Ok(version) => {
-                    self.committed(&shared, loaded, write, version, count);
+                    self.committed(&shared, loaded, &write, version, count, changes);
                     true
                 }
                 Err(e) => self.write_failed(&shared, loaded, version, e).await,
@@ -679,9 +705,13 @@ impl LiveTask {
 
     /// What the flush writes next: nothing (and the flush ends), nothing
     /// yet (events are still arriving), or the task with its pending
-    /// events, encoded under the lock (no copy of the task itself); with
-    /// a store shared by replicas (`replicated`), their stream events too.
-    async fn next_write(&self, seen: &mut usize, replicated: bool) -> NextWrite {
+    /// events, encoded under the lock (no copy of the task itself): what
+    /// they changed, or the whole task (a create, a terminal write, or
+    /// once the changes since the last whole write outweigh it, see
+    /// [`MIN_CHANGES_BEFORE_WHOLE`]); with a store shared by replicas,
+    /// their stream events too.
+    async fn next_write(&self, seen: &mut usize, shared: &Shared) -> NextWrite {
+        use prost::Message as _;
         let mut guard = self.state.lock().await;
         let Some(loaded) = guard.as_mut() else {
             return NextWrite::Done;
@@ -704,21 +734,43 @@ impl LiveTask {
             return NextWrite::Gather;
         }
         *seen = 0;
-        let mut write = EncodedTask::new(&loaded.record);
+        let mut changes: Vec<Change> = loaded
+            .pending
+            .iter_mut()
+            .flat_map(|p| std::mem::take(&mut p.changes))
+            .collect();
+        // The trace is set on the working copy, not through an event.
+        let committed = loaded.committed.as_ref().unwrap_or(&loaded.record);
+        if committed.trace != loaded.record.trace {
+            changes.push(Change::Trace(loaded.record.trace.clone()));
+        }
+        let changes = Changes::new(changes);
+        let changed = changes.encoded_len();
+        let whole = loaded.version == 0
+            || !shared.keeps_changes
+            || loaded.record.state().is_terminal()
+            || loaded.changes_bytes + changed >= loaded.whole_bytes.max(MIN_CHANGES_BEFORE_WHOLE);
+        let body = if whole {
+            Body::Whole(crate::store::codec::encode(&loaded.record).into())
+        } else {
+            Body::Changes(changes.encode_to_vec().into())
+        };
+        let mut write = EncodedTask::of(&loaded.record, body);
         write.outbox = outbox_entries(&loaded.record, &loaded.pending);
         write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
         // At most MAX_QUEUED_MESSAGES of them.
         let follow_ups = loaded.pending.iter().filter(|p| p.follow_up.is_some());
         write.owes_runs = u16::try_from(follow_ups.count()).unwrap_or(u16::MAX);
-        if replicated {
+        if shared.replicated {
             write.events = crate::store::codec::encode_events(
                 loaded.pending.iter().filter_map(|p| p.out.as_ref()),
             );
         }
         NextWrite::Write {
-            write,
+            write: Box::new(write),
             version: loaded.version,
             count: loaded.pending.len(),
+            changes,
         }
     }
 
@@ -729,19 +781,33 @@ impl LiveTask {
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         loaded: &mut Loaded,
-        write: EncodedTask,
+        write: &EncodedTask,
         version: u64,
         count: usize,
+        changes: Changes,
     ) {
         loaded.version = version;
-        loaded.bytes = write.bytes.len();
-        let mut write = write;
+        match &write.body {
+            Body::Whole(record) => {
+                loaded.bytes = record.len();
+                loaded.whole_bytes = record.len();
+                loaded.changes_bytes = 0;
+            }
+            Body::Changes(changed) => loaded.changes_bytes += changed.len(),
+        }
         if !write.outbox.is_empty() {
-            // Stored; the committed copy does not need them.
-            write.outbox = Vec::new();
             shared.outbox.notify_one();
         }
-        loaded.committed = Some(write);
+        // The committed copy takes the write's changes (present while
+        // events were pending).
+        if let Some(committed) = &mut loaded.committed
+            && let Err(e) = committed.replay_all(changes)
+        {
+            // Changes this process logged itself: not expected. The
+            // working copy is the closest truth there is.
+            tracing::error!(task_id = %self.key.id, error = %e, "the committed copy could not take a write's changes");
+            loaded.committed = None;
+        }
         let done: Vec<Pending> = loaded.pending.drain(..count).collect();
         if let Some(metrics) = &shared.config.metrics {
             count_committed(
@@ -804,9 +870,7 @@ impl LiveTask {
                 // The working copy held the dropped events: reload.
                 match shared.store.get(&self.key.tenant, &self.key.id).await {
                     Ok(Some(stored)) => {
-                        loaded.record = stored.record;
-                        loaded.committed = None;
-                        loaded.version = stored.version;
+                        loaded.reload(stored.record, stored.version);
                         true
                     }
                     _ => false,
@@ -830,9 +894,10 @@ impl LiveTask {
             .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
         let (expected, actual) = (loaded.version, up.task.version);
         let stored = self.absorb_committed(loaded, up);
+        loaded.committed = Some(stored.clone());
         let mut record = stored;
         let mut outs = Vec::with_capacity(loaded.pending.len());
-        for p in &loaded.pending {
+        for p in &mut loaded.pending {
             // A client message another replica took first (the same
             // message sent to both): it is not added twice, and the
             // request is answered as a repeat (`send_follow_up`).
@@ -848,8 +913,14 @@ impl LiveTask {
                     actual,
                 });
             }
+            p.changes.clear();
             let out = record
-                .apply(p.event.clone(), now(), policy(shared, p.author))
+                .apply_logged(
+                    p.event.clone(),
+                    now(),
+                    policy(shared, p.author),
+                    &mut p.changes,
+                )
                 .map_err(|e| StoreError::Conflict {
                     id: format!("{} ({e})", self.key.id),
                     expected,
@@ -866,9 +937,10 @@ impl LiveTask {
 
     /// Takes another writer's commits in (`up`): publishes their events to
     /// this replica's subscribers (or has them resynchronise when the
-    /// store could not give them all), makes the stored task the
-    /// committed copy, and stops the run here if the task ended elsewhere
-    /// (a cancel on another replica). Returns the stored record.
+    /// store could not give them all), takes the stored version, and
+    /// stops the run here if the task ended elsewhere (a cancel on another
+    /// replica). Returns the stored record, which the caller makes the
+    /// committed copy.
     fn absorb_committed(
         self: &Arc<Self>,
         loaded: &mut Loaded,
@@ -887,7 +959,6 @@ impl LiveTask {
         let record = up.task.record;
         let state = record.state();
         self.progress.send_modify(|p| p.state = state);
-        loaded.committed = Some(EncodedTask::new(&record));
         loaded.version = up.task.version;
         if state.is_terminal()
             && let Some(token) = self.runs().cancel.take()
@@ -1015,10 +1086,8 @@ impl LiveTask {
             return;
         }
         let record = self.absorb_committed(loaded, up);
-        use prost::Message as _;
-        loaded.bytes = record.task.encoded_len();
-        loaded.record = record;
-        loaded.committed = None;
+        let version = loaded.version;
+        loaded.reload(record, version);
         self.dispatch_locked(&shared, loaded);
     }
 
@@ -1054,9 +1123,9 @@ impl LiveTask {
             let _ = tx.send(Arc::new(Signal::Failed(store_error(e.clone()))));
         }
         // Back to the committed copy (always present while events were
-        // pending); the flush reloads from the store if it cannot be read.
-        if let Some(record) = loaded.committed.as_ref().and_then(|c| c.decode().ok()) {
-            loaded.record = record;
+        // pending).
+        if let Some(record) = &loaded.committed {
+            loaded.record = record.clone();
         }
         if agent_lost {
             loaded.failure = Some(e);
@@ -1608,11 +1677,13 @@ enum NextWrite {
     Done,
     /// Events are still arriving: look again after a turn.
     Gather,
-    /// Write the task, made from `version`, committing `count` events.
+    /// Write the task, made from `version`, committing `count` events,
+    /// which made `changes`.
     Write {
-        write: EncodedTask,
+        write: Box<EncodedTask>,
         version: u64,
         count: usize,
+        changes: Changes,
     },
 }
 

@@ -182,6 +182,8 @@ pub(crate) struct Shared {
     /// carry their events for the others, and a run starts only on a task
     /// no replica is running.
     pub(crate) replicated: bool,
+    /// The store takes writes of changes ([`TaskStore::keeps_changes`]).
+    pub(crate) keeps_changes: bool,
     /// The `agent` label of each served tenant's tasks (its card's name),
     /// made once: metrics label tasks by agent, never by free text.
     agent_labels: HashMap<String, Arc<str>>,
@@ -504,6 +506,7 @@ impl TaskManager {
                 shutdown,
                 outbox: Arc::new(tokio::sync::Notify::new()),
                 replicated: store.lease().is_some(),
+                keeps_changes: store.keeps_changes(),
                 store,
             }),
         }

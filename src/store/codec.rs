@@ -78,7 +78,27 @@ pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
         push_configs: stored.push_configs,
         v0_3_push_configs: stored.v0_3_push_configs,
         trace: stored.trace,
+        history_ids: Default::default(),
     })
+}
+
+/// A task as a store keeps it: its last whole record ([`encode`]), then
+/// the changes of each write after it ([`crate::lifecycle::Changes`]), in
+/// write order. Changes that do not decode or do not follow from the
+/// record are an error, as a record that does not decode is.
+pub fn decode_with_changes<'a>(
+    whole: &[u8],
+    changes: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<TaskRecord, StoreError> {
+    let mut record = decode(whole)?;
+    for bytes in changes {
+        let changes = crate::lifecycle::Changes::decode(bytes)
+            .map_err(|e| StoreError::Internal(format!("stored task changes do not decode: {e}")))?;
+        record
+            .replay_all(changes)
+            .map_err(|e| StoreError::Internal(format!("stored task changes do not replay: {e}")))?;
+    }
+    Ok(record)
 }
 
 /// Stream events as a store shared by replicas keeps a write's

@@ -24,9 +24,10 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 use super::{
-    Cursor, Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, TimeKey,
-    codec, origin_key, origin_of, time_key,
+    Body, Cursor, Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore,
+    TimeKey, codec, origin_key, origin_of, time_key,
 };
+use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::state_from_i32;
 
@@ -40,9 +41,13 @@ type FoldMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// One stored task.
 struct Entry {
-    /// The record, encoded by [`codec::encode`]; shared with the runtime's
-    /// committed copy when it came from there.
+    /// The record as of its last whole write, encoded by
+    /// [`codec::encode`].
     record: Arc<[u8]>,
+    /// The changes of each write since ([`Body::Changes`]), in order:
+    /// appended, so a long task's update costs what it changed (none once
+    /// a whole write replaced them).
+    changes: Vec<Arc<[u8]>>,
     version: u64,
     state: i32,
     status: TimeKey,
@@ -52,23 +57,45 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(task: &EncodedTask, version: u64) -> Self {
-        Entry {
-            record: task.bytes.clone(),
+    /// The entry of a created task: the write is whole.
+    fn new(task: &EncodedTask, version: u64) -> Result<Self, StoreError> {
+        let Body::Whole(record) = &task.body else {
+            return Err(StoreError::Internal(
+                "a task is created by a whole record, not changes".into(),
+            ));
+        };
+        Ok(Entry {
+            record: record.clone(),
+            changes: Vec::new(),
             version,
             state: task.state as i32,
             status: task.status,
             context_id: task.context_id.as_str().into(),
             owner: task.owner.as_str().into(),
-        }
+        })
+    }
+
+    /// What a read copies out under the lock: the record's parts.
+    fn parts(&self) -> (Arc<[u8]>, Vec<Arc<[u8]>>) {
+        (self.record.clone(), self.changes.clone())
     }
 
     fn stored(&self) -> Result<StoredTask, StoreError> {
         Ok(StoredTask {
-            record: codec::decode(&self.record)?,
+            record: decode(&self.parts())?,
             version: self.version,
         })
     }
+
+    /// The stored size: the whole record and the changes after it.
+    fn size(&self) -> usize {
+        self.record.len() + self.changes.iter().map(|c| c.len()).sum::<usize>()
+    }
+}
+
+/// The record of an entry's parts ([`Entry::parts`]).
+fn decode((record, changes): &(Arc<[u8]>, Vec<Arc<[u8]>>)) -> Result<TaskRecord, StoreError> {
+    codec::decode_with_changes(record, changes.iter().map(|c| &c[..]))
 }
 
 #[derive(Default)]
@@ -161,8 +188,12 @@ impl TaskStore for MemoryStore {
         "memory"
     }
 
+    fn keeps_changes(&self) -> bool {
+        true
+    }
+
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
-        let entry = Entry::new(task, 1);
+        let entry = Entry::new(task, 1)?;
         let origin = task.origin.as_slice();
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let tasks = tenants.entry(tenant.to_owned()).or_default();
@@ -240,7 +271,6 @@ impl TaskStore for MemoryStore {
         task: &EncodedTask,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
-        let mut entry = Entry::new(task, 0);
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let id = &task.id;
         let tasks = tenants
@@ -258,9 +288,20 @@ impl TaskStore for MemoryStore {
                 actual: stored.version,
             });
         }
-        entry.version = stored.version + 1;
-        let (old, new) = (stored.status, entry.status);
-        *stored = entry;
+        stored.version += 1;
+        match &task.body {
+            Body::Whole(record) => {
+                stored.record = record.clone();
+                stored.changes = Vec::new();
+            }
+            Body::Changes(changes) => stored.changes.push(changes.clone()),
+        }
+        stored.state = task.state as i32;
+        let (old, new) = (stored.status, task.status);
+        stored.status = new;
+        if *stored.context_id != *task.context_id {
+            stored.context_id = task.context_id.as_str().into();
+        }
         let version = stored.version;
         if old != new {
             // A task's owner never changes.
@@ -323,7 +364,7 @@ impl TaskStore for MemoryStore {
             let Some(entry) = matches(key) else {
                 continue;
             };
-            bytes = bytes.saturating_add(entry.record.len());
+            bytes = bytes.saturating_add(entry.size());
             if page.len() == page_size || (!page.is_empty() && bytes > super::MAX_PAGE_BYTES) {
                 let last = page.last().expect("page_size >= 1");
                 next = Some(Cursor {
@@ -337,14 +378,14 @@ impl TaskStore for MemoryStore {
         // The records are shared: taken out, and decoded once the lock is
         // given back, so writers do not wait while a page of big tasks is
         // decoded and copied.
-        let records: Vec<Arc<[u8]>> = page
+        let records: Vec<_> = page
             .into_iter()
-            .map(|key| tasks.by_id[&key.1].record.clone())
+            .map(|key| tasks.by_id[&key.1].parts())
             .collect();
         drop(tenants);
         let mut views = Vec::with_capacity(records.len());
-        for bytes in records {
-            let record = codec::decode(&bytes)?;
+        for parts in records {
+            let record = decode(&parts)?;
             views.push(task_view(
                 &record.task,
                 query.history,
@@ -443,7 +484,7 @@ impl TaskStore for MemoryStore {
                     tasks.unindex(&(Reverse(entry.status), id), &entry.owner);
                     // The creating message is read back from the record
                     // (purges are rare; an index field would cost every task).
-                    let record = codec::decode(&entry.record)?;
+                    let record = decode(&entry.parts())?;
                     let origin = origin_of(&record);
                     if !origin.is_empty() {
                         tasks.by_origin.remove(origin.as_slice());

@@ -249,13 +249,13 @@ pub enum StoreError {
     Internal(String),
 }
 
-/// A task record already encoded ([`codec::encode`]), with the fields the
-/// stores index. The runtime encodes once per write, under the task's
-/// lock and without copying the task, and the same bytes are what the
-/// store keeps and what the runtime holds as the committed copy.
+/// A task write already encoded, with the fields the stores index. The
+/// runtime encodes once per write, under the task's lock and without
+/// copying the task.
 #[derive(Debug, Clone)]
 pub struct EncodedTask {
-    pub bytes: Arc<[u8]>,
+    /// What the write stores: the whole record, or what it changed.
+    pub body: Body,
     pub id: String,
     pub context_id: String,
     pub state: TaskState,
@@ -283,6 +283,42 @@ pub struct EncodedTask {
     /// each settles one. A task owing a run to a replica declared dead is
     /// orphaned ([`TaskStore::orphaned_tasks`]).
     pub owes_runs: u16,
+}
+
+/// What a task write stores (issue "long-lived tasks"): a store keeps a
+/// task as its last whole record and the changes of each write after it,
+/// so that an update of a long task costs what it changed, not the task.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// The whole record ([`codec::encode`]): a create, and the writes the
+    /// runtime chooses to start the task's record afresh with (a terminal
+    /// write, or once the changes since the last whole record outweigh
+    /// it). The changes before it are no longer needed.
+    Whole(Arc<[u8]>),
+    /// What this write changed ([`crate::lifecycle::Changes`], encoded),
+    /// replayed after the task's earlier writes when it is read. Only to a
+    /// store that [keeps changes](TaskStore::keeps_changes).
+    Changes(Arc<[u8]>),
+}
+
+impl Body {
+    /// The whole record, for a store that does not keep changes (the
+    /// runtime sends it no other), or a create.
+    pub fn whole(&self) -> Result<&Arc<[u8]>, StoreError> {
+        match self {
+            Body::Whole(bytes) => Ok(bytes),
+            Body::Changes(_) => Err(StoreError::Internal(
+                "this store keeps whole records only, and was sent changes".into(),
+            )),
+        }
+    }
+
+    /// The encoded bytes, whichever they are.
+    pub fn bytes(&self) -> &Arc<[u8]> {
+        match self {
+            Body::Whole(b) | Body::Changes(b) => b,
+        }
+    }
 }
 
 /// The role of the one process delivering push notifications among those
@@ -367,9 +403,15 @@ pub struct Delivery {
 }
 
 impl EncodedTask {
+    /// A whole write of `record`.
     pub fn new(record: &TaskRecord) -> Self {
+        Self::of(record, Body::Whole(codec::encode(record).into()))
+    }
+
+    /// A write of `record` storing `body`.
+    pub fn of(record: &TaskRecord, body: Body) -> Self {
         EncodedTask {
-            bytes: codec::encode(record).into(),
+            body,
             id: record.task.id.clone(),
             context_id: record.task.context_id.clone(),
             state: record.state(),
@@ -383,8 +425,15 @@ impl EncodedTask {
         }
     }
 
+    /// The whole record this write stores; an error for a write of
+    /// changes.
     pub fn decode(&self) -> Result<TaskRecord, StoreError> {
-        codec::decode(&self.bytes)
+        match &self.body {
+            Body::Whole(bytes) => codec::decode(bytes),
+            Body::Changes(_) => Err(StoreError::Internal(
+                "a write of changes holds no whole record".into(),
+            )),
+        }
     }
 }
 
@@ -461,8 +510,15 @@ pub trait TaskStore: Send + Sync + 'static {
     /// and a missing one.
     async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError>;
 
+    /// Whether the store takes writes of changes ([`Body::Changes`]);
+    /// otherwise every write it gets is whole.
+    fn keeps_changes(&self) -> bool {
+        false
+    }
+
     /// Replaces the task if its stored version is still `expected_version`;
-    /// returns the new version.
+    /// returns the new version. A write of [`Body::Changes`] changes the
+    /// stored task by them; a whole one replaces it.
     async fn update_encoded(
         &self,
         tenant: &str,

@@ -44,6 +44,7 @@ mod list_filters;
 mod list_order;
 mod list_pages;
 mod list_trimming;
+mod long_tasks;
 mod maintenance;
 mod origins;
 mod outbox;
@@ -56,6 +57,7 @@ pub use list_filters::*;
 pub use list_order::*;
 pub use list_pages::*;
 pub use list_trimming::*;
+pub use long_tasks::*;
 pub use maintenance::*;
 pub use origins::*;
 pub use outbox::*;
@@ -128,6 +130,11 @@ macro_rules! store_conformance_tests {
             list_history_last_n_keeps_the_n_most_recent,
             list_include_artifacts_controls_artifacts,
             list_trimming_does_not_change_the_stored_task,
+            // long-lived tasks: changes appended (long_tasks.rs)
+            thousands_of_updates_read_back_whole,
+            list_windows_a_long_tasks_history,
+            readers_during_appends_see_whole_versions,
+            a_stale_write_of_changes_is_refused,
             // idempotency (origins.rs); recovery, retention (maintenance.rs)
             same_creating_message_is_a_duplicate_within_a_tenant_only,
             find_by_origin_finds_the_created_task,

@@ -61,6 +61,9 @@ impl tonic::service::Interceptor for Bearer {
 }
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
+#[path = "a2a-bench/long.rs"]
+mod long;
+
 /// Tasks created before a GetTask run, read round robin.
 const GET_TASKS: usize = 1000;
 /// How long fan-out subscribers get to attach before the updates start.
@@ -84,6 +87,33 @@ enum Cmd {
     Run(RunArgs),
     /// This server against the bare tonic server, every workload, as ratios.
     Suite(SuiteArgs),
+    /// Long-lived tasks: bytes written and server CPU per write of a task
+    /// as it grows, per store.
+    Long(LongArgs),
+}
+
+#[derive(Args)]
+struct LongArgs {
+    /// Task lengths (updates per task), smallest first.
+    #[arg(long, value_delimiter = ',', default_values_t = [10u32, 1_000, 10_000])]
+    updates: Vec<u32>,
+    /// Time between a task's updates, long enough for each to be a commit
+    /// of its own.
+    #[arg(long, default_value = "2ms", value_parser = humantime::parse_duration)]
+    interval: Duration,
+    /// Skip the SQLite store.
+    #[arg(long)]
+    no_sqlite: bool,
+    /// Skip the PostgreSQL store.
+    #[arg(long)]
+    no_postgres: bool,
+    /// The PostgreSQL server (a schema of its own, dropped after).
+    #[arg(
+        long,
+        env = "A2A_BENCH_POSTGRES",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    postgres: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -210,6 +240,10 @@ struct SuiteArgs {
     /// gRPC on the same server).
     #[arg(long)]
     no_json: bool,
+    /// Skip the long-lived tasks' rows (`a2a-bench long`, 10, 1,000 and
+    /// 10,000 updates per task on each store).
+    #[arg(long)]
+    no_long: bool,
 }
 
 impl RunArgs {
@@ -334,6 +368,12 @@ async fn connect(load: &Load, target: &str) -> Result<Vec<Client>, AnyError> {
         clients.push(A2aServiceClient::with_interceptor(channel, bearer.clone()));
     }
     Ok(clients)
+}
+
+/// One client of `target`, without credentials.
+async fn connect_one(target: &str) -> Result<Client, AnyError> {
+    let channel = Channel::from_shared(target.to_string())?.connect().await?;
+    Ok(A2aServiceClient::with_interceptor(channel, Bearer(None)))
 }
 
 async fn task_id_of(client: &mut Client, request: SendMessageRequest) -> Result<String, AnyError> {
@@ -1413,6 +1453,21 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         json.extend(push_json);
     }
 
+    if !args.no_long {
+        let stores = long_stores(args.no_sqlite, args.no_postgres);
+        let (long_rows, long_json) = long_rows(
+            &main_bin,
+            &stores,
+            &args.postgres,
+            &[10, 1_000, 10_000],
+            Duration::from_millis(2),
+            server_cpus,
+        )
+        .await?;
+        rows.extend(long_rows);
+        json.extend(long_json);
+    }
+
     // `ratio` is to the bare server as tonic's defaults run it (what the
     // targets name); `to tuned` is to the bare server with this server's
     // runtime and connection settings, which isolates this server's own
@@ -1955,12 +2010,92 @@ async fn push_cost(
     Ok((rows, json))
 }
 
+fn long_stores(no_sqlite: bool, no_postgres: bool) -> Vec<long::Store> {
+    let mut stores = vec![long::Store::Memory];
+    if !no_sqlite {
+        stores.push(long::Store::Sqlite);
+    }
+    if !no_postgres {
+        stores.push(long::Store::Postgres);
+    }
+    stores
+}
+
+/// A row per store of the long-lived tasks' figures ([`long`]): bytes
+/// written per write of the task at the smallest and the largest length
+/// (CPU for the memory store), both figures' growth in the notes; met
+/// when neither grows past [`long::FLAT`].
+async fn long_rows(
+    main_bin: &Path,
+    stores: &[long::Store],
+    postgres: &str,
+    lengths: &[u32],
+    interval: Duration,
+    server_cpus: Option<&str>,
+) -> Result<(Vec<Row>, Vec<String>), AnyError> {
+    let (mut rows, mut json) = (Vec::new(), Vec::new());
+    for &store in stores {
+        let figures =
+            long::measure(main_bin, store, postgres, lengths, interval, server_cpus).await?;
+        let bytes_growth = long::growth(&figures, |l| l.bytes_per_write);
+        let cpu_growth = long::growth(&figures, |l| Some(l.cpu_us_per_write)).unwrap_or(f64::NAN);
+        let (first, last) = (
+            figures.first().ok_or("no task length")?,
+            figures.last().ok_or("no task length")?,
+        );
+        let (bare, ours, unit) = match (first.bytes_per_write, last.bytes_per_write) {
+            (Some(a), Some(b)) => (a, b, "bytes/write"),
+            _ => (
+                first.cpu_us_per_write,
+                last.cpu_us_per_write,
+                "µs CPU/write",
+            ),
+        };
+        let ratio = bytes_growth.unwrap_or(cpu_growth);
+        let notes: Vec<String> = figures
+            .iter()
+            .map(|l| {
+                format!(
+                    "K={}: {}{:.1} µs CPU",
+                    l.updates,
+                    l.bytes_per_write
+                        .map_or(String::new(), |b| format!("{b:.0} B, ")),
+                    l.cpu_us_per_write
+                )
+            })
+            .collect();
+        rows.push(Row {
+            name: format!(
+                "long tasks, {} store: K={} vs K={}",
+                store.name(),
+                first.updates,
+                last.updates
+            ),
+            bare,
+            tuned: f64::NAN,
+            ours,
+            unit,
+            ratio,
+            ratio_tuned: f64::NAN,
+            target: format!("<= {} (bytes and CPU)", long::FLAT),
+            ok: ratio <= long::FLAT && cpu_growth <= long::FLAT,
+            extra: format!("{}; CPU growth {cpu_growth:.2}", notes.join("; ")),
+        });
+        json.push(format!(
+            "{{"name":"long_{}","bytes_growth":{},"cpu_growth":{cpu_growth:.3}}}",
+            store.name().to_lowercase(),
+            bytes_growth.map_or("null".to_string(), |g| format!("{g:.3}"))
+        ));
+    }
+    Ok((rows, json))
+}
+
 fn main() -> Result<(), AnyError> {
     let cli = Cli::parse();
     // Pin the generator before the runtime starts its threads (they
     // inherit the affinity); the servers get the other cores.
     let split = match &cli.command {
-        Cmd::Suite(_) => cpu_split(),
+        Cmd::Suite(_) | Cmd::Long(_) => cpu_split(),
         Cmd::Run(_) => None,
     };
     if let Some((_, generator)) = &split {
@@ -2000,6 +2135,35 @@ fn main() -> Result<(), AnyError> {
                 Ok(())
             }
             Cmd::Suite(args) => suite(&args, split).await,
+            Cmd::Long(args) => {
+                let stores = long_stores(args.no_sqlite, args.no_postgres);
+                let server_cpus = split.as_ref().map(|(s, _)| s.as_str());
+                let (rows, json) = long_rows(
+                    &sibling("a2a-lifecycle"),
+                    &stores,
+                    &args.postgres,
+                    &args.updates,
+                    args.interval,
+                    server_cpus,
+                )
+                .await?;
+                println!("| row | smallest K | largest K | unit | growth | met | figures |");
+                println!("| --- | --- | --- | --- | --- | --- | --- |");
+                for row in &rows {
+                    println!(
+                        "| {} | {:.1} | {:.1} | {} | {:.2} | {} | {} |",
+                        row.name,
+                        row.bare,
+                        row.ours,
+                        row.unit,
+                        row.ratio,
+                        if row.ok { "yes" } else { "no" },
+                        row.extra
+                    );
+                }
+                println!("{{\"long\":[{}]}}", json.join(","));
+                Ok(())
+            }
         }
     })
 }

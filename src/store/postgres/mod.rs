@@ -600,6 +600,7 @@ impl TaskStore for PostgresStore {
     }
 
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
+        task.body.whole()?;
         self.writers.write(tenant, Kind::Create(task.clone())).await
     }
 
@@ -813,6 +814,7 @@ impl TaskStore for PostgresStore {
         task: &EncodedTask,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
+        task.body.whole()?;
         self.writers
             .write(tenant, Kind::Update(task.clone(), expected_version))
             .await

@@ -532,7 +532,7 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
                 &creates.iter().map(|(_, t)| t.status.1).collect::<Vec<_>>(),
                 &column(&creates, |t| t.owner.as_bytes()),
                 &column(&creates, |t| &t.origin),
-                &column(&creates, |t| &t.bytes),
+                &column(&creates, |t| t.body.bytes()),
                 &replica,
             ],
         )
@@ -585,7 +585,7 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
                     .collect::<Vec<_>>(),
                 &updates
                     .iter()
-                    .map(|(_, t, _)| t.bytes.as_ref())
+                    .map(|(_, t, _)| t.body.bytes().as_ref())
                     .collect::<Vec<_>>(),
                 &updates.iter().map(|(.., e)| *e as i64).collect::<Vec<_>>(),
                 &updates.iter().map(|(_, t, _)| t.by_run).collect::<Vec<_>>(),
@@ -829,7 +829,7 @@ async fn read_back_once(
                 Some(r) => {
                     let version = r.get::<_, i64>(0) as u64;
                     let record: &[u8] = r.get(1);
-                    if version == expected + 1 && record == &*task.bytes {
+                    if version == expected + 1 && record == &**task.body.bytes() {
                         Some(Ok(version))
                     } else if version == expected {
                         None

@@ -405,8 +405,8 @@ fn lock_exclusively(path: &Path) -> Result<std::fs::File, StoreError> {
     }
 }
 
-fn row(tenant: &str, task: &EncodedTask) -> writer::Row {
-    writer::Row {
+fn row(tenant: &str, task: &EncodedTask) -> Result<writer::Row, StoreError> {
+    Ok(writer::Row {
         tenant: tenant.as_bytes().to_vec(),
         id: task.id.as_bytes().to_vec(),
         context_id: task.context_id.as_bytes().to_vec(),
@@ -415,8 +415,8 @@ fn row(tenant: &str, task: &EncodedTask) -> writer::Row {
         owner: task.owner.as_bytes().to_vec(),
         origin: task.origin.clone(),
         outbox: task.outbox.clone(),
-        record: task.bytes.clone(),
-    }
+        record: task.body.whole()?.clone(),
+    })
 }
 
 fn stored(record: Vec<u8>, version: i64) -> Result<StoredTask, StoreError> {
@@ -551,7 +551,7 @@ impl TaskStore for SqliteStore {
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         match self
             .writer
-            .write(writer::Write::Create(row(tenant, task)))
+            .write(writer::Write::Create(row(tenant, task)?))
             .await?
         {
             writer::Outcome::Created => Ok(1),
@@ -677,7 +677,7 @@ impl TaskStore for SqliteStore {
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         let write = writer::Write::Update {
-            row: row(tenant, task),
+            row: row(tenant, task)?,
             expected_version: expected_version as i64,
         };
         match self.writer.write(write).await? {

@@ -1,0 +1,203 @@
+//! Long-lived tasks (issue "long-lived tasks"; spec §1: "potentially very
+//! long-running tasks"): thousands of updates to one task, each a write of
+//! its own, written as the runtime writes them, as what each update
+//! changed ([`Body::Changes`]) on a store that keeps changes and as the
+//! whole task from time to time, and read back whole, consistently, while
+//! they are written.
+
+use std::sync::Arc;
+
+use a2a_lifecycle::lifecycle::{
+    ArtifactUpdate, Changes, HistoryLength, StatusUpdate, TaskEvent, TaskRecord, TransitionPolicy,
+};
+use a2a_lifecycle::proto::{Artifact, Role, TaskState};
+use a2a_lifecycle::store::{Body, EncodedTask};
+use prost::Message as _;
+
+use super::Store;
+use super::helpers::{T, at, list, message, must_get, query, text_part};
+
+/// Update `n` (from 1): odd, a WORKING status whose message the next odd
+/// one moves into history; even, a chunk appended to the one artifact
+/// (created by update 2), the agent's progress and its streamed output.
+fn update(n: usize) -> TaskEvent {
+    if n % 2 == 1 {
+        TaskEvent::Status(StatusUpdate {
+            state: TaskState::Working,
+            message: Some(message(&format!("s{n}"), Role::Agent, &n.to_string())),
+            metadata: None,
+        })
+    } else {
+        TaskEvent::Artifact(ArtifactUpdate {
+            artifact: Artifact {
+                artifact_id: "log".into(),
+                parts: vec![text_part(&n.to_string())],
+                ..Default::default()
+            },
+            append: n > 2,
+            last_chunk: false,
+            metadata: None,
+        })
+    }
+}
+
+/// The task after `n` updates, as a reader checks it: `n / 2` chunks in
+/// the artifact, the status message of the last odd update, and every
+/// earlier status message in history after the creating message.
+fn check(record: &TaskRecord, n: usize, what: &str) {
+    let task = &record.task;
+    let chunks = task.artifacts.first().map_or(0, |a| a.parts.len());
+    assert_eq!(chunks, n / 2, "{what}: chunks after {n} updates");
+    let statuses = n.div_ceil(2);
+    assert_eq!(
+        task.history.len(),
+        1 + statuses.saturating_sub(1),
+        "{what}: history after {n} updates"
+    );
+    if statuses > 0 {
+        let status = task.status.as_ref().and_then(|s| s.message.as_ref());
+        assert_eq!(
+            status.map(|m| m.message_id.as_str()),
+            Some(format!("s{}", 2 * statuses - 1).as_str()),
+            "{what}: the status after {n} updates"
+        );
+    }
+}
+
+/// Writes `updates` updates to a new task `id`, one store write each: what
+/// each changed, and every `whole_every` writes the whole task (0: never),
+/// as the runtime does when changes outweigh the task. Returns the task
+/// as applied.
+async fn write_long_task(
+    store: &Store,
+    id: &str,
+    updates: usize,
+    whole_every: usize,
+    after_each: impl Fn(usize),
+) -> TaskRecord {
+    let mut record = TaskRecord::submitted(
+        id.into(),
+        "ctx".into(),
+        message(&format!("{id}/m0"), Role::User, "go"),
+        at(0),
+    );
+    store.create(T, &record).await.expect("create");
+    for n in 1..=updates {
+        let mut log = Vec::new();
+        record
+            .apply_logged(
+                update(n),
+                at(n as i64),
+                TransitionPolicy::Permissive,
+                &mut log,
+            )
+            .expect("apply");
+        let body = if !store.keeps_changes() || (whole_every > 0 && n % whole_every == 0) {
+            Body::Whole(a2a_lifecycle::store::codec::encode(&record).into())
+        } else {
+            Body::Changes(Changes::new(log).encode_to_vec().into())
+        };
+        let version = store
+            .update_encoded(T, &EncodedTask::of(&record, body), n as u64)
+            .await
+            .unwrap_or_else(|e| panic!("update {n}: {e}"));
+        assert_eq!(version, n as u64 + 1);
+        after_each(n);
+    }
+    record
+}
+
+/// Thousands of updates, each its own write, read back whole and equal to
+/// the task as applied: with only changes after the create, and with a
+/// whole write now and then.
+pub async fn thousands_of_updates_read_back_whole(store: Store) {
+    for (id, whole_every) in [("only-changes", 0), ("whole-now-and-then", 700)] {
+        let written = write_long_task(&store, id, 3_000, whole_every, |_| {}).await;
+        let stored = must_get(&store, T, id).await;
+        assert_eq!(stored.version, 3_001);
+        assert_eq!(stored.record, written, "{id}");
+        check(&stored.record, 3_000, id);
+    }
+}
+
+/// ListTasks of a long task: history windows and artifacts as asked, from
+/// the task as last written.
+pub async fn list_windows_a_long_tasks_history(store: Store) {
+    write_long_task(&store, "long", 1_001, 0, |_| {}).await;
+    let mut q = query();
+    q.history = HistoryLength::Last(3);
+    q.include_artifacts = true;
+    let page = list(&store, T, &q).await;
+    let task = &page.tasks[0];
+    let ids: Vec<&str> = task.history.iter().map(|m| m.message_id.as_str()).collect();
+    assert_eq!(ids, ["s995", "s997", "s999"]);
+    assert_eq!(task.artifacts[0].parts.len(), 500);
+    q.include_artifacts = false;
+    q.history = HistoryLength::Last(0);
+    let page = list(&store, T, &q).await;
+    assert!(page.tasks[0].history.is_empty());
+    assert!(page.tasks[0].artifacts.is_empty());
+}
+
+/// Readers during the appends each see one whole version: the task as it
+/// was after some number of updates, never a mix, and never older than a
+/// version read before.
+pub async fn readers_during_appends_see_whole_versions(store: Store) {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (store, done) = (store.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut last = 0;
+                let mut reads = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    if let Some(stored) = store.get(T, "read-while-written").await.expect("get") {
+                        let n = stored.version as usize - 1;
+                        check(&stored.record, n, "a read during the appends");
+                        assert!(stored.version >= last, "a read went back in time");
+                        last = stored.version;
+                        reads += 1;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                reads
+            })
+        })
+        .collect();
+    write_long_task(&store, "read-while-written", 1_500, 400, |_| {}).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for reader in readers {
+        let reads = tokio::time::timeout(std::time::Duration::from_secs(30), reader)
+            .await
+            .expect("a reader finished")
+            .expect("a reader did not panic");
+        assert!(reads > 0, "a reader read nothing");
+    }
+}
+
+/// A stale writer of changes is refused like a stale whole writer, and
+/// changes nothing: the task reads back as the current writer left it.
+pub async fn a_stale_write_of_changes_is_refused(store: Store) {
+    let written = write_long_task(&store, "stale", 10, 0, |_| {}).await;
+    let mut stale = written.clone();
+    let mut log = Vec::new();
+    stale
+        .apply_logged(update(11), at(11), TransitionPolicy::Permissive, &mut log)
+        .expect("apply");
+    let body = if store.keeps_changes() {
+        Body::Changes(Changes::new(log).encode_to_vec().into())
+    } else {
+        Body::Whole(a2a_lifecycle::store::codec::encode(&stale).into())
+    };
+    let refused = store
+        .update_encoded(T, &EncodedTask::of(&stale, body), 5)
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(a2a_lifecycle::store::StoreError::Conflict { actual: 11, .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(must_get(&store, T, "stale").await.record, written);
+}
