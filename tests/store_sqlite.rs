@@ -286,6 +286,119 @@ mod migrations {
 
     use a2a_lifecycle::store::{SqliteStore, TaskStore};
 
+    /// A database written by the release before long tasks (schema 8:
+    /// `tests/fixtures/sqlite-schema-8.db`, made by `serve` at ea82b54
+    /// with the demo agents: a completed test run, a code review waiting
+    /// for input, a bench fan-out of 20 updates, a rejected deploy) opens
+    /// at schema 9 and reads every task as it was; its waiting task then
+    /// takes writes of changes (issue "long-lived tasks"), read back
+    /// whole, also after a restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes() {
+        use a2a_lifecycle::lifecycle::{
+            Changes, HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy,
+        };
+        use a2a_lifecycle::proto::TaskState;
+        use a2a_lifecycle::store::{Body, EncodedTask, ListQuery};
+        use prost::Message as _;
+
+        let path = super::scratch_db();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/sqlite-schema-8.db"
+            ),
+            &path,
+        )
+        .unwrap();
+        let store = SqliteStore::open(&path).await.expect("opens");
+        let all = ListQuery {
+            history: HistoryLength::All,
+            include_artifacts: true,
+            ..Default::default()
+        };
+        let mut states = Vec::new();
+        for tenant in ["", "code-reviewer", "bench", "deployer"] {
+            let page = store.list(tenant, &all).await.unwrap();
+            assert_eq!(page.tasks.len(), 1, "tenant {tenant:?}");
+            states.push(crate::support::state_of(&page.tasks[0]));
+        }
+        assert_eq!(
+            states,
+            [
+                TaskState::Completed,
+                TaskState::InputRequired,
+                TaskState::Completed,
+                TaskState::Rejected
+            ]
+        );
+        let fanout = &store.list("bench", &all).await.unwrap().tasks[0];
+        assert_eq!(fanout.artifacts[0].parts.len(), 10, "the fan-out's chunks");
+        let waiting_id = store.list("code-reviewer", &all).await.unwrap().tasks[0]
+            .id
+            .clone();
+        let stored = store
+            .get("code-reviewer", &waiting_id)
+            .await
+            .unwrap()
+            .unwrap();
+        let (mut record, mut version) = (stored.record, stored.version);
+        for event in [
+            TaskEvent::UserMessage(crate::support::user_message("here is the diff")),
+            TaskEvent::Status(StatusUpdate {
+                state: TaskState::Working,
+                message: None,
+                metadata: None,
+            }),
+        ] {
+            let mut log = Vec::new();
+            record
+                .apply_logged(
+                    event,
+                    a2a_lifecycle::runtime::now(),
+                    TransitionPolicy::Permissive,
+                    &mut log,
+                )
+                .unwrap();
+            let write = EncodedTask::of(
+                &record,
+                Body::Changes(Changes::new(log).encode_to_vec().into()),
+            );
+            version = store
+                .update_encoded("code-reviewer", &write, version)
+                .await
+                .unwrap();
+        }
+        let read = store
+            .get("code-reviewer", &waiting_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (read.record.clone(), read.version),
+            (record.clone(), version)
+        );
+        super::close(store).await;
+        let store = SqliteStore::open(&path).await.expect("opens again");
+        let read = store
+            .get("code-reviewer", &waiting_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((read.record, read.version), (record, version));
+        super::close(store).await;
+        let side = rusqlite::Connection::open(&path).unwrap();
+        let schema: i64 = side
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(schema, 9);
+        let changes: i64 = side
+            .query_row("SELECT COUNT(*) FROM task_changes", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(changes, 2, "the follow-up and its status, as changes");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_migrated_by_sqlx_opens_and_takes_the_rest() {
         let path = super::scratch_db();
@@ -304,7 +417,9 @@ mod migrations {
              DROP INDEX tasks_by_owner_id;
              DROP INDEX tasks_open_by_owner;
              DROP TABLE push_outbox;
+             DROP TABLE task_changes;
              ALTER TABLE tasks DROP COLUMN owner;
+             ALTER TABLE tasks DROP COLUMN changes_bytes;
              PRAGMA user_version = 0;
              CREATE TABLE _sqlx_migrations (
                  version BIGINT PRIMARY KEY, description TEXT NOT NULL,
@@ -320,7 +435,7 @@ mod migrations {
         side.close().unwrap();
 
         // Re-running migration 1 would fail on the existing table: the
-        // database must open at version 3 and take 4 to 8.
+        // database must open at version 3 and take 4 to 9.
         let store = SqliteStore::open(&path).await.expect("opens");
         let kept = store.get("", "kept").await.unwrap().expect("task kept");
         assert_eq!(kept.record.task.id, "kept");
@@ -334,7 +449,7 @@ mod migrations {
         let version: i64 = side
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 8);
+        assert_eq!(version, 9);
         let quarantine: i64 = side
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'",

@@ -203,6 +203,32 @@ impl TaskPage {
             .iter()
             .map(|r| codec::decode(r.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
+        Self::from_records(records, more, query, total_size)
+    }
+
+    /// [`TaskPage::from_rows`] from rows each holding a whole record and
+    /// the changes after it ([`codec::decode_with_changes`]).
+    pub(crate) fn from_parts(
+        rows: &[(Vec<u8>, Vec<Vec<u8>>)],
+        more: bool,
+        query: &ListQuery,
+        total_size: usize,
+    ) -> Result<Self, StoreError> {
+        let records = rows
+            .iter()
+            .map(|(record, changes)| {
+                codec::decode_with_changes(record, changes.iter().map(Vec::as_slice))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::from_records(records, more, query, total_size)
+    }
+
+    fn from_records(
+        records: Vec<TaskRecord>,
+        more: bool,
+        query: &ListQuery,
+        total_size: usize,
+    ) -> Result<Self, StoreError> {
         let next = match (more, records.last()) {
             (true, Some(last)) => Some(Cursor {
                 status: status_key(&last.task),

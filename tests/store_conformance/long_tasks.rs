@@ -117,6 +117,25 @@ pub async fn thousands_of_updates_read_back_whole(store: Store) {
         assert_eq!(stored.version, 3_001);
         assert_eq!(stored.record, written, "{id}");
         check(&stored.record, 3_000, id);
+        // It ends with a whole write, as the runtime ends a task.
+        let mut ended = written;
+        ended
+            .apply(
+                TaskEvent::Status(StatusUpdate {
+                    state: TaskState::Completed,
+                    message: None,
+                    metadata: None,
+                }),
+                at(3_001),
+                TransitionPolicy::Permissive,
+            )
+            .expect("apply");
+        let version = store
+            .update_encoded(T, &EncodedTask::new(&ended), 3_001)
+            .await
+            .expect("the last write");
+        assert_eq!(version, 3_002);
+        assert_eq!(must_get(&store, T, id).await.record, ended, "{id}, ended");
     }
 }
 

@@ -2056,11 +2056,12 @@ async fn long_rows(
             .iter()
             .map(|l| {
                 format!(
-                    "K={}: {}{:.1} µs CPU",
+                    "K={}: {}{:.1} µs CPU ({} writes)",
                     l.updates,
                     l.bytes_per_write
                         .map_or(String::new(), |b| format!("{b:.0} B, ")),
-                    l.cpu_us_per_write
+                    l.cpu_us_per_write,
+                    l.writes
                 )
             })
             .collect();
@@ -2082,7 +2083,7 @@ async fn long_rows(
             extra: format!("{}; CPU growth {cpu_growth:.2}", notes.join("; ")),
         });
         json.push(format!(
-            "{{"name":"long_{}","bytes_growth":{},"cpu_growth":{cpu_growth:.3}}}",
+            r#"{{"name":"long_{}","bytes_growth":{},"cpu_growth":{cpu_growth:.3}}}"#,
             store.name().to_lowercase(),
             bytes_growth.map_or("null".to_string(), |g| format!("{g:.3}"))
         ));

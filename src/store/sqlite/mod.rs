@@ -61,6 +61,9 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!(
         "../../../migrations/sqlite/0008_open_tasks_by_owner.sql"
     )),
+    M::up(include_str!(
+        "../../../migrations/sqlite/0009_task_changes.sql"
+    )),
 ];
 
 /// How long a statement waits for another connection's write lock before
@@ -86,15 +89,19 @@ const READER_STATEMENT_CACHE: usize = 48;
 /// ([`writer::WriterHandle::origin`]): the log table has no index (which is
 /// what makes appending to it cheap) and is never read here. A test checks
 /// that it reads by key.
-const FIND_BY_ORIGIN: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = \
-     (SELECT task_id FROM origins WHERE tenant = ?1 AND message_id = ?2)";
-const GET: &str = "SELECT record, version FROM tasks WHERE tenant = ?1 AND id = ?2";
+const FIND_BY_ORIGIN: &str = "SELECT record, version, changes_bytes, id FROM tasks \
+     WHERE tenant = ?1 AND id = (SELECT task_id FROM origins WHERE tenant = ?1 AND message_id = ?2)";
+const GET: &str =
+    "SELECT record, version, changes_bytes, id FROM tasks WHERE tenant = ?1 AND id = ?2";
+/// What a task keeps in `task_changes` (migration 0009), in order.
+const CHANGES: &str = "SELECT whole, body FROM task_changes WHERE tenant = ?1 AND task_id = ?2 \
+     ORDER BY version";
 /// A user's lookup, by the owned tasks' index (migration 0005): the owner
 /// is part of the key, so another principal's task is a miss in the index
 /// and its row is never read; the empty name owns nothing (the index's
 /// condition, repeated so that SQLite may use it).
-const GET_OWNED: &str = "SELECT record, version FROM tasks INDEXED BY tasks_by_owner_id \
-     WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
+const GET_OWNED: &str = "SELECT record, version, changes_bytes, id FROM tasks \
+     INDEXED BY tasks_by_owner_id WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
 /// The outbox in commit order, from a point on (by the primary key).
 /// The task's owner comes from its row (by primary key); "" once purged.
 const OUTBOX: &str = "SELECT o.seq, o.tenant, o.task_id, o.config_id, o.event, o.attempts, \
@@ -405,8 +412,8 @@ fn lock_exclusively(path: &Path) -> Result<std::fs::File, StoreError> {
     }
 }
 
-fn row(tenant: &str, task: &EncodedTask) -> Result<writer::Row, StoreError> {
-    Ok(writer::Row {
+fn row(tenant: &str, task: &EncodedTask) -> writer::Row {
+    writer::Row {
         tenant: tenant.as_bytes().to_vec(),
         id: task.id.as_bytes().to_vec(),
         context_id: task.context_id.as_bytes().to_vec(),
@@ -415,13 +422,14 @@ fn row(tenant: &str, task: &EncodedTask) -> Result<writer::Row, StoreError> {
         owner: task.owner.as_bytes().to_vec(),
         origin: task.origin.clone(),
         outbox: task.outbox.clone(),
-        record: task.body.whole()?.clone(),
-    })
+        body: task.body.clone(),
+    }
 }
 
-fn stored(record: Vec<u8>, version: i64) -> Result<StoredTask, StoreError> {
+fn stored(record: Vec<u8>, version: i64, kept: Kept) -> Result<StoredTask, StoreError> {
+    let (record, changes) = parts(record, kept);
     Ok(StoredTask {
-        record: codec::decode(&record)?,
+        record: codec::decode_with_changes(&record, changes.iter().map(Vec::as_slice))?,
         version: version as u64,
     })
 }
@@ -488,23 +496,67 @@ fn page_query(select: &str, tenant: &str, query: &ListQuery, limit: usize) -> Sq
     page
 }
 
-/// A task's record and version by key, or `None`.
+/// A task by key (`sql` selects its record, version, changes' size and
+/// id), or `None`. A task with changes after its whole record is read
+/// again with them in one read transaction, so the two are of one commit;
+/// one without costs the one statement.
 fn read_task(
-    conn: &Connection,
+    conn: &mut Connection,
     sql: &str,
     key: &[&[u8]],
 ) -> Result<Option<StoredTask>, StoreError> {
-    let row: Option<(Vec<u8>, i64)> = conn
-        .prepare_cached(sql)
-        .and_then(|mut statement| {
-            statement
-                .query_row(rusqlite::params_from_iter(key), |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()
+    type Raw = (Vec<u8>, i64, i64, Vec<u8>);
+    let read = |conn: &Connection, sql: &str, key: &[&[u8]]| -> Result<Option<Raw>, StoreError> {
+        conn.prepare_cached(sql)
+            .and_then(|mut statement| {
+                statement
+                    .query_row(rusqlite::params_from_iter(key), |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })
+                    .optional()
+            })
+            .map_err(map_err)
+    };
+    let Some((record, version, changes_bytes, id)) = read(conn, sql, key)? else {
+        return Ok(None);
+    };
+    if changes_bytes == 0 {
+        return stored(record, version, Vec::new()).map(Some);
+    }
+    let tx = conn.transaction().map_err(map_err)?;
+    let Some((record, version, _, _)) = read(&tx, GET, &[key[0], &id])? else {
+        // Gone since the first look (purged).
+        return Ok(None);
+    };
+    let changes = read_changes(&tx, key[0], &id)?;
+    tx.commit().map_err(map_err)?;
+    stored(record, version, changes).map(Some)
+}
+
+/// What a task keeps in `task_changes`, in order: (whole, body).
+fn read_changes(conn: &Connection, tenant: &[u8], id: &[u8]) -> Result<Kept, StoreError> {
+    conn.prepare_cached(CHANGES)
+        .and_then(|mut s| {
+            s.query_map([tenant, id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
         })
-        .map_err(map_err)?;
-    row.map(|(r, v)| stored(r, v)).transpose()
+        .map_err(map_err)
+}
+
+/// A task's rows in `task_changes`: (whole, body), in version order.
+type Kept = Vec<(bool, Vec<u8>)>;
+
+/// A task's whole record and the changes after it, from its `tasks.record`
+/// and its `task_changes` rows: the last whole row, if any, is the record
+/// (what came before it is no longer read).
+fn parts(record: Vec<u8>, kept: Kept) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let last_whole = kept.iter().rposition(|(whole, _)| *whole);
+    let mut kept = kept.into_iter();
+    let record = match last_whole {
+        Some(at) => kept.nth(at).map(|(_, body)| body).unwrap_or(record),
+        None => record,
+    };
+    (record, kept.map(|(_, body)| body).collect())
 }
 
 impl SqliteStore {
@@ -548,10 +600,15 @@ impl TaskStore for SqliteStore {
         let _ = self.writer.metrics.set(writer);
     }
 
+    fn keeps_changes(&self) -> bool {
+        true
+    }
+
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
+        task.body.whole()?;
         match self
             .writer
-            .write(writer::Write::Create(row(tenant, task)?))
+            .write(writer::Write::Create(row(tenant, task)))
             .await?
         {
             writer::Outcome::Created => Ok(1),
@@ -677,7 +734,7 @@ impl TaskStore for SqliteStore {
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         let write = writer::Write::Update {
-            row: row(tenant, task)?,
+            row: row(tenant, task),
             expected_version: expected_version as i64,
         };
         match self.writer.write(write).await? {
@@ -701,7 +758,7 @@ impl TaskStore for SqliteStore {
         // The candidates' sizes first (`length` of a blob reads its
         // header, not its pages), then only the records that fit.
         let sizes = page_query(
-            "SELECT length(record) FROM tasks",
+            "SELECT length(record) + changes_bytes FROM tasks",
             tenant,
             query,
             page_size + 1,
@@ -730,22 +787,44 @@ impl TaskStore for SqliteStore {
                     .map_err(map_err)?;
                 let (take, more) =
                     crate::store::fitting(sizes.iter().map(|&n| n as usize), page_size);
-                let page = page_query("SELECT record FROM tasks", &tenant, &query_for_page, take);
+                let page = page_query(
+                    "SELECT record, changes_bytes, id FROM tasks",
+                    &tenant,
+                    &query_for_page,
+                    take,
+                );
                 let rows = tx
                     .prepare_cached(&page.text)
                     .and_then(|mut s| {
                         s.query_map(rusqlite::params_from_iter(&page.values), |r| {
-                            r.get::<_, Vec<u8>>(0)
+                            Ok((
+                                r.get::<_, Vec<u8>>(0)?,
+                                r.get::<_, i64>(1)?,
+                                r.get::<_, Vec<u8>>(2)?,
+                            ))
                         })?
                         .collect::<rusqlite::Result<Vec<_>>>()
                     })
                     .map_err(map_err)?;
+                // The changes of those that have some, in the same
+                // snapshot.
+                let rows = rows
+                    .into_iter()
+                    .map(|(record, changes_bytes, id)| {
+                        let kept = if changes_bytes > 0 {
+                            read_changes(&tx, tenant.as_bytes(), &id)?
+                        } else {
+                            Vec::new()
+                        };
+                        Ok(parts(record, kept))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
                 tx.commit().map_err(map_err)?;
                 Ok((total, rows, more))
             })
             .await?;
 
-        TaskPage::from_rows(&rows, more, query, total as usize)
+        TaskPage::from_parts(&rows, more, query, total as usize)
     }
 
     async fn count_unfinished(&self) -> Result<Vec<(TaskState, u64)>, StoreError> {
@@ -765,28 +844,46 @@ impl TaskStore for SqliteStore {
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         let sql = format!(
-            "SELECT tenant, id, record, version FROM tasks WHERE state IN ({})",
+            "SELECT tenant, id, record, version, changes_bytes FROM tasks WHERE state IN ({})",
             state_list(StateClass::Active)
         );
-        type Raw = (Vec<u8>, Vec<u8>, Vec<u8>, i64);
+        type Raw = (Vec<u8>, Vec<u8>, Vec<u8>, i64, Kept);
         let rows: Vec<Raw> = self
             .read(move |conn| {
-                conn.prepare(&sql)
+                // One snapshot: each record with its changes.
+                let tx = conn.transaction().map_err(map_err)?;
+                let rows: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64, i64)> = tx
+                    .prepare(&sql)
                     .and_then(|mut s| {
-                        s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                            .collect::<rusqlite::Result<Vec<_>>>()
+                        s.query_map([], |r| {
+                            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                        })?
+                        .collect::<rusqlite::Result<Vec<_>>>()
                     })
-                    .map_err(map_err)
+                    .map_err(map_err)?;
+                let rows = rows
+                    .into_iter()
+                    .map(|(tenant, id, record, version, changes_bytes)| {
+                        let changes = if changes_bytes > 0 {
+                            read_changes(&tx, &tenant, &id)?
+                        } else {
+                            Vec::new()
+                        };
+                        Ok((tenant, id, record, version, changes))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                tx.commit().map_err(map_err)?;
+                Ok(rows)
             })
             .await?;
         // A record that no longer decodes must not keep the server from
         // starting: it is moved aside (logged with its key) and the rest
         // recovers.
         let mut active = Vec::with_capacity(rows.len());
-        for (tenant, id, record, version) in rows {
+        for (tenant, id, record, version, changes) in rows {
             let decoded = String::from_utf8(tenant.clone())
                 .map_err(|_| StoreError::Internal("stored tenant is not UTF-8".into()))
-                .and_then(|t| Ok((t, stored(record, version)?)));
+                .and_then(|t| Ok((t, stored(record, version, changes)?)));
             match decoded {
                 Ok(task) => active.push(task),
                 Err(e) => self.quarantine(tenant, id, e.to_string()).await?,

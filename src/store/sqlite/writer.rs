@@ -70,7 +70,8 @@ pub(super) struct Row {
     pub origin: Vec<u8>,
     /// Push notifications to add to `push_outbox` with this row.
     pub outbox: Vec<crate::store::OutboxEntry>,
-    pub record: std::sync::Arc<[u8]>,
+    /// The whole record, or this write's changes (`task_changes`).
+    pub body: crate::store::Body,
 }
 
 pub(super) enum Write {
@@ -709,6 +710,8 @@ fn id_taken(db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<bool> {
 /// Inserts a new task, unless its id is taken or its creating message
 /// already created one; logs the creating message with it.
 fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result<Outcome, Failure> {
+    // Whole: `SqliteStore::create_encoded` refuses a create of changes.
+    let record = row.body.bytes();
     let has_origin = !row.origin.is_empty();
     if has_origin && let Some(existing) = origins.find(db, &row.tenant, &row.origin)? {
         // A taken id is reported first, as the insert would.
@@ -733,7 +736,7 @@ fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result
             row.status.1,
             row.origin,
             row.owner,
-            &row.record[..],
+            &record[..],
         ]);
     match inserted {
         Ok(_) => {}
@@ -773,12 +776,24 @@ fn add_to_outbox(db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Replaces a task made from `expected_version` (optimistic concurrency).
+/// Changes a task made from `expected_version` (optimistic concurrency),
+/// as migration 0009 lays it out: a write of changes appends them to
+/// `task_changes`; a whole write drops what was there and puts the record
+/// in `tasks.record` once the task has ended, else in `task_changes` (the
+/// `tasks` row, rewritten by every update, stays small while the task
+/// runs).
 fn update(db: &rusqlite::Connection, row: &Row, expected_version: i64) -> Result<Outcome, Failure> {
-    let changed = db
-        .prepare_cached(
+    use crate::store::Body;
+    let ended = crate::lifecycle::state_from_i32(row.state).is_ok_and(|s| s.is_terminal());
+    let (record, kept, whole): (&[u8], i64, bool) = match &row.body {
+        Body::Whole(record) if ended => (record, 0, true),
+        Body::Whole(record) => (&[], record.len() as i64, true),
+        Body::Changes(changes) => (&[], changes.len() as i64, false),
+    };
+    let changed = if whole {
+        db.prepare_cached(
             "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
-             status_nanos = ?, version = version + 1, record = ? \
+             status_nanos = ?, version = version + 1, record = ?, changes_bytes = ? \
              WHERE tenant = ? AND id = ? AND version = ?",
         )?
         .execute(params![
@@ -786,16 +801,50 @@ fn update(db: &rusqlite::Connection, row: &Row, expected_version: i64) -> Result
             row.state,
             row.status.0,
             row.status.1,
-            &row.record[..],
+            record,
+            kept,
             row.tenant,
             row.id,
             expected_version,
-        ])?;
+        ])?
+    } else {
+        db.prepare_cached(
+            "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
+             status_nanos = ?, version = version + 1, changes_bytes = changes_bytes + ? \
+             WHERE tenant = ? AND id = ? AND version = ?",
+        )?
+        .execute(params![
+            row.context_id,
+            row.state,
+            row.status.0,
+            row.status.1,
+            kept,
+            row.tenant,
+            row.id,
+            expected_version,
+        ])?
+    };
     if changed == 1 {
-        // The row is changed; without its outbox entries the batch must
-        // not commit, whatever refused them.
+        // The row is changed; without its changes and outbox entries the
+        // batch must not commit, whatever refused them.
+        let version = expected_version + 1;
+        let keep = |whole: bool, body: &[u8]| -> rusqlite::Result<usize> {
+            db.prepare_cached(
+                "INSERT INTO task_changes (tenant, task_id, version, whole, body) \
+                 VALUES (?, ?, ?, ?, ?)",
+            )?
+            .execute(params![row.tenant, row.id, version, whole, body])
+        };
+        let kept = match &row.body {
+            Body::Whole(record) => db
+                .prepare_cached("DELETE FROM task_changes WHERE tenant = ? AND task_id = ?")
+                .and_then(|mut s| s.execute(params![row.tenant, row.id]))
+                .and_then(|_| if ended { Ok(0) } else { keep(true, record) }),
+            Body::Changes(changes) => keep(false, changes),
+        };
+        kept.map_err(Failure::Abort)?;
         add_to_outbox(db, row).map_err(Failure::Abort)?;
-        return Ok(Outcome::Updated(expected_version as u64 + 1));
+        return Ok(Outcome::Updated(version as u64));
     }
     let current: Option<i64> = db
         .prepare_cached("SELECT version FROM tasks WHERE tenant = ? AND id = ?")?
@@ -815,11 +864,35 @@ fn quarantine(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
+    // Its last whole record and the changes after it go with it, each
+    // change length-delimited, in order.
+    let mut record: Option<Vec<u8>> = None;
+    let mut changes: Option<Vec<u8>> = None;
+    {
+        let mut statement = db.prepare_cached(
+            "SELECT whole, body FROM task_changes WHERE tenant = ? AND task_id = ? \
+             ORDER BY version",
+        )?;
+        let mut rows = statement.query(params![tenant, id])?;
+        while let Some(r) = rows.next()? {
+            let (whole, body): (bool, Vec<u8>) = (r.get(0)?, r.get(1)?);
+            if whole {
+                record = Some(body);
+                changes = None;
+                continue;
+            }
+            let all = changes.get_or_insert_with(Vec::new);
+            prost::encoding::encode_varint(body.len() as u64, all);
+            all.extend_from_slice(&body);
+        }
+    }
     db.prepare_cached(
-        "INSERT OR REPLACE INTO quarantine (tenant, id, record, reason, at) \
-         SELECT tenant, id, record, ?, ? FROM tasks WHERE tenant = ? AND id = ?",
+        "INSERT OR REPLACE INTO quarantine (tenant, id, record, changes, reason, at) \
+         SELECT tenant, id, COALESCE(?, record), ?, ?, ? FROM tasks WHERE tenant = ? AND id = ?",
     )?
-    .execute(params![reason, at, tenant, id])?;
+    .execute(params![record, changes, reason, at, tenant, id])?;
+    db.prepare_cached("DELETE FROM task_changes WHERE tenant = ? AND task_id = ?")?
+        .execute(params![tenant, id])?;
     db.prepare_cached("DELETE FROM tasks WHERE tenant = ? AND id = ?")?
         .execute(params![tenant, id])?;
     Ok(Outcome::Quarantined)
@@ -848,6 +921,13 @@ fn purge(
             ))?
             .execute(params![before.0, before.1])?;
     }
+    // Terminal writes are whole: a purged task has no changes, unless an
+    // older writer left some.
+    db.prepare_cached(&format!(
+        "DELETE FROM task_changes WHERE (tenant, task_id) IN \
+         (SELECT tenant, id FROM tasks WHERE {purged} AND changes_bytes > 0)"
+    ))?
+    .execute(params![before.0, before.1])?;
     let n = db
         .prepare_cached(&format!("DELETE FROM tasks WHERE {purged}"))?
         .execute(params![before.0, before.1])?;

@@ -53,7 +53,8 @@ impl Store {
 #[derive(Clone, Debug)]
 pub struct Length {
     pub updates: u32,
-    pub tasks: u64,
+    /// Writes measured: `K + 3` per task, for as many tasks as
+    /// [`MIN_UPDATES_PER_LENGTH`] asks.
     pub writes: u64,
     /// Bytes written per write; `None` for the memory store.
     pub bytes_per_write: Option<f64>,
@@ -211,7 +212,6 @@ pub async fn measure(
         let writes = tasks * (u64::from(updates) + 3);
         let length = Length {
             updates,
-            tasks,
             writes,
             bytes_per_write: b0
                 .zip(b1)
