@@ -616,7 +616,38 @@ async fn a_commit_whose_acknowledgement_is_lost_is_read_back() {
     assert!(!armed.load(Ordering::SeqCst), "the proxy cut the commit");
     assert_eq!(version, 2);
     let stored = store.get("t", "task-1").await.unwrap().unwrap();
-    assert_eq!((stored.version, stored.record), (2, next));
+    assert_eq!((stored.version, stored.record), (2, next.clone()));
+    // The same for a write of changes (issue "long-lived tasks"): read
+    // back by its row in task_changes.
+    use prost::Message as _;
+    let mut log = Vec::new();
+    next.apply_logged(
+        a2a_lifecycle::lifecycle::TaskEvent::Status(a2a_lifecycle::lifecycle::StatusUpdate {
+            state: a2a_lifecycle::proto::TaskState::Working,
+            message: None,
+            metadata: None,
+        }),
+        a2a_lifecycle::runtime::now(),
+        a2a_lifecycle::lifecycle::TransitionPolicy::Permissive,
+        &mut log,
+    )
+    .unwrap();
+    let write = a2a_lifecycle::store::EncodedTask::of(
+        &next,
+        a2a_lifecycle::store::Body::Changes(
+            a2a_lifecycle::lifecycle::Changes::new(log)
+                .encode_to_vec()
+                .into(),
+        ),
+    );
+    armed.store(true, Ordering::SeqCst);
+    let version = support::within("the write of changes", store.update_encoded("t", &write, 2))
+        .await
+        .expect("the committed write of changes is answered as committed");
+    assert!(!armed.load(Ordering::SeqCst), "the proxy cut the commit");
+    assert_eq!(version, 3);
+    let stored = store.get("t", "task-1").await.unwrap().unwrap();
+    assert_eq!((stored.version, stored.record), (3, next));
 }
 
 /// Waits, once started, until its run is cancelled; counts its runs.
@@ -1026,4 +1057,114 @@ async fn a_follow_up_queued_across_a_rejoin_runs_once_and_is_owed_no_more() {
     .unwrap();
     assert_eq!(support::state_of(&task), TaskState::InputRequired);
     following.abort();
+}
+
+/// A database written by the release before long tasks (schema 10:
+/// `tests/fixtures/postgres-schema-10.sql`, a `pg_dump` of the schema that
+/// `serve` at ea82b54 wrote with the demo agents: a completed test run, a
+/// code review waiting for input, a bench fan-out of 20 updates, a rejected
+/// deploy) migrates in place to schema 11 and reads every task as it was;
+/// its waiting task then takes writes of changes (issue "long-lived
+/// tasks"), read back whole, also by a second replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes() {
+    use a2a_lifecycle::lifecycle::{
+        Changes, HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy,
+    };
+    use a2a_lifecycle::proto::TaskState;
+    use a2a_lifecycle::store::{Body, EncodedTask, ListQuery};
+    use prost::Message as _;
+
+    let Some(url) = support::postgres::database().await else {
+        return;
+    };
+    let schema = format!("s_{}", uuid::Uuid::new_v4().simple());
+    let dump = include_str!("fixtures/postgres-schema-10.sql").replace("a2a_fixture_v10", &schema);
+    let admin = admin(&url).await;
+    admin.batch_execute(&dump).await.expect("the dump loads");
+    let store_url = format!("{url}?options=-csearch_path%3D{schema}");
+    let store = PostgresStore::open(&store_url).await.expect("opens");
+    let all = ListQuery {
+        history: HistoryLength::All,
+        include_artifacts: true,
+        ..Default::default()
+    };
+    let mut states = Vec::new();
+    for tenant in ["", "code-reviewer", "bench", "deployer"] {
+        let page = store.list(tenant, &all).await.unwrap();
+        assert_eq!(page.tasks.len(), 1, "tenant {tenant:?}");
+        states.push(support::state_of(&page.tasks[0]));
+    }
+    assert_eq!(
+        states,
+        [
+            TaskState::Completed,
+            TaskState::InputRequired,
+            TaskState::Completed,
+            TaskState::Rejected
+        ]
+    );
+    let fanout = &store.list("bench", &all).await.unwrap().tasks[0];
+    assert_eq!(fanout.artifacts[0].parts.len(), 10, "the fan-out's chunks");
+    let waiting_id = store.list("code-reviewer", &all).await.unwrap().tasks[0]
+        .id
+        .clone();
+    let stored = store
+        .get("code-reviewer", &waiting_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let (mut record, mut version) = (stored.record, stored.version);
+    for event in [
+        TaskEvent::UserMessage(support::user_message("here is the diff")),
+        TaskEvent::Status(StatusUpdate {
+            state: TaskState::Working,
+            message: None,
+            metadata: None,
+        }),
+    ] {
+        let mut log = Vec::new();
+        record
+            .apply_logged(
+                event,
+                a2a_lifecycle::runtime::now(),
+                TransitionPolicy::Permissive,
+                &mut log,
+            )
+            .unwrap();
+        let write = EncodedTask::of(
+            &record,
+            Body::Changes(Changes::new(log).encode_to_vec().into()),
+        );
+        version = store
+            .update_encoded("code-reviewer", &write, version)
+            .await
+            .unwrap();
+    }
+    let other = PostgresStore::open(&store_url)
+        .await
+        .expect("a second replica");
+    for reader in [&store, &other] {
+        let read = reader
+            .get("code-reviewer", &waiting_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((read.record, read.version), (record.clone(), version));
+    }
+    let schema_version: i32 = admin
+        .query_one(
+            &format!("SELECT MAX(version) FROM {schema}.a2a_schema_migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(schema_version, 11);
+    let changes: i64 = admin
+        .query_one(&format!("SELECT COUNT(*) FROM {schema}.task_changes"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(changes, 2, "the follow-up and its status, as changes");
 }

@@ -190,24 +190,10 @@ pub(crate) fn fitting(sizes: impl IntoIterator<Item = usize>, page_size: usize) 
 }
 
 impl TaskPage {
-    /// A page from the SQL backends' rows: the encoded records the page
-    /// takes ([`fitting`]) in list order, shown as `query` asks; `more`
-    /// when another page follows; and the count of all matches.
-    pub(crate) fn from_rows<R: AsRef<[u8]>>(
-        rows: &[R],
-        more: bool,
-        query: &ListQuery,
-        total_size: usize,
-    ) -> Result<Self, StoreError> {
-        let records = rows
-            .iter()
-            .map(|r| codec::decode(r.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
-        Self::from_records(records, more, query, total_size)
-    }
-
-    /// [`TaskPage::from_rows`] from rows each holding a whole record and
-    /// the changes after it ([`codec::decode_with_changes`]).
+    /// A page from the SQL backends' rows: each task's whole record and the
+    /// changes after it ([`codec::decode_with_changes`]), as many as the
+    /// page takes ([`fitting`]), in list order, shown as `query` asks;
+    /// `more` when another page follows; and the count of all matches.
     pub(crate) fn from_parts(
         rows: &[(Vec<u8>, Vec<Vec<u8>>)],
         more: bool,

@@ -59,6 +59,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0008_open_tasks_by_owner.sql"),
     include_str!("../../../migrations/postgres/0009_fencing.sql"),
     include_str!("../../../migrations/postgres/0010_owed_runs.sql"),
+    include_str!("../../../migrations/postgres/0011_task_changes.sql"),
 ];
 
 /// How long a request waits for a free pooled connection.
@@ -128,9 +129,22 @@ fn text(bytes: Vec<u8>) -> Result<String, StoreError> {
     String::from_utf8(bytes).map_err(|_| StoreError::Internal("stored text is not UTF-8".into()))
 }
 
-fn stored(record: Vec<u8>, version: i64) -> Result<StoredTask, StoreError> {
+/// A read of a task's changes after its record (migration 0011), in
+/// order, as one more column of a statement reading `tasks`: NULL (no
+/// lookup) when it has none, so that the record and its changes are of one
+/// snapshot.
+const CHANGES: &str = "CASE WHEN tasks.changes_bytes > 0 THEN \
+     (SELECT array_agg(c.changes ORDER BY c.version) FROM task_changes c \
+     WHERE c.tenant = tasks.tenant AND c.task_id = tasks.id) END";
+
+fn stored(
+    record: Vec<u8>,
+    version: i64,
+    changes: Option<Vec<Vec<u8>>>,
+) -> Result<StoredTask, StoreError> {
+    let changes = changes.unwrap_or_default();
     Ok(StoredTask {
-        record: codec::decode(&record)?,
+        record: codec::decode_with_changes(&record, changes.iter().map(Vec::as_slice))?,
         version: version as u64,
     })
 }
@@ -237,7 +251,8 @@ impl PostgresStore {
         let mut tasks = Vec::with_capacity(rows.len());
         for r in rows {
             let (tenant, id): (Vec<u8>, Vec<u8>) = (r.get(0), r.get(3));
-            let decoded = text(tenant.clone()).and_then(|t| Ok((t, stored(r.get(1), r.get(2))?)));
+            let decoded =
+                text(tenant.clone()).and_then(|t| Ok((t, stored(r.get(1), r.get(2), r.get(4))?)));
             match decoded {
                 Ok(task) => tasks.push(task),
                 Err(e) => self.quarantine(&tenant, &id, &e.to_string()).await?,
@@ -257,12 +272,15 @@ impl PostgresStore {
         let client = self.client().await?;
         client
             .execute(
-                "WITH moved AS (DELETE FROM tasks WHERE tenant = $1 AND id = $2 \
+                "WITH changes AS (DELETE FROM task_changes WHERE tenant = $1 AND task_id = $2 \
+                 RETURNING version, changes), \
+                 moved AS (DELETE FROM tasks WHERE tenant = $1 AND id = $2 \
                  RETURNING tenant, id, record) \
-                 INSERT INTO quarantine (tenant, id, record, reason) \
-                 SELECT tenant, id, record, $3 FROM moved \
+                 INSERT INTO quarantine (tenant, id, record, changes, reason) \
+                 SELECT tenant, id, record, \
+                 (SELECT array_agg(changes ORDER BY version) FROM changes), $3 FROM moved \
                  ON CONFLICT (tenant, id) DO UPDATE SET record = EXCLUDED.record, \
-                 reason = EXCLUDED.reason, at = now()",
+                 changes = EXCLUDED.changes, reason = EXCLUDED.reason, at = now()",
                 &[&tenant, &id, &reason],
             )
             .await
@@ -277,7 +295,8 @@ impl PostgresStore {
     ) -> Result<Option<StoredTask>, StoreError> {
         let client = self.client().await?;
         let row = client.query_opt(sql, params).await.map_err(unavailable)?;
-        row.map(|r| stored(r.get(0), r.get(1))).transpose()
+        row.map(|r| stored(r.get(0), r.get(1), r.get(2)))
+            .transpose()
     }
 }
 
@@ -612,8 +631,10 @@ impl TaskStore for PostgresStore {
     ) -> Result<Option<StoredTask>, StoreError> {
         let key = origin_key(owner, message_id);
         self.one(
-            "SELECT record, version FROM tasks WHERE tenant = $1 AND origin = $2 \
-             AND origin <> ''::bytea",
+            &format!(
+                "SELECT record, version, {CHANGES} FROM tasks WHERE tenant = $1 AND origin = $2 \
+                 AND origin <> ''::bytea"
+            ),
             &[&tenant.as_bytes(), &key],
         )
         .await
@@ -755,7 +776,9 @@ impl TaskStore for PostgresStore {
         let key: [&(dyn ToSql + Sync); 2] = [&tenant.as_bytes(), &task_id.as_bytes()];
         if let Some(task) = self
             .one(
-                "SELECT record, version FROM tasks WHERE tenant = $1 AND id = $2",
+                &format!(
+                    "SELECT record, version, {CHANGES} FROM tasks WHERE tenant = $1 AND id = $2"
+                ),
                 &key,
             )
             .await?
@@ -788,8 +811,10 @@ impl TaskStore for PostgresStore {
         owner: &str,
     ) -> Result<Option<StoredTask>, StoreError> {
         self.one(
-            "SELECT record, version FROM tasks WHERE tenant = $1 AND id = $2 \
-             AND owner = $3 AND owner <> ''::bytea",
+            &format!(
+                "SELECT record, version, {CHANGES} FROM tasks WHERE tenant = $1 AND id = $2 \
+                 AND owner = $3 AND owner <> ''::bytea"
+            ),
             &[&tenant.as_bytes(), &task_id.as_bytes(), &owner.as_bytes()],
         )
         .await
@@ -814,10 +839,13 @@ impl TaskStore for PostgresStore {
         task: &EncodedTask,
         expected_version: u64,
     ) -> Result<u64, StoreError> {
-        task.body.whole()?;
         self.writers
             .write(tenant, Kind::Update(task.clone(), expected_version))
             .await
+    }
+
+    fn keeps_changes(&self) -> bool {
+        true
     }
 
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
@@ -835,8 +863,13 @@ impl TaskStore for PostgresStore {
         // The candidates' sizes first (`octet_length` of a stored value
         // reads its header, not its TOAST), then only the records that
         // fit.
-        let sizes = page_query("SELECT octet_length(record)", tenant, query, page_size + 1);
-        let sizes: Vec<i32> = tx
+        let sizes = page_query(
+            "SELECT octet_length(record) + changes_bytes",
+            tenant,
+            query,
+            page_size + 1,
+        );
+        let sizes: Vec<i64> = tx
             .query(&sizes.text, &sizes.params())
             .await
             .map_err(unavailable)?
@@ -844,14 +877,22 @@ impl TaskStore for PostgresStore {
             .map(|r| r.get(0))
             .collect();
         let (take, more) = crate::store::fitting(sizes.iter().map(|&n| n as usize), page_size);
-        let page = page_query("SELECT record", tenant, query, take);
+        let page = page_query(&format!("SELECT record, {CHANGES}"), tenant, query, take);
         let rows = tx
             .query(&page.text, &page.params())
             .await
             .map_err(unavailable)?;
         tx.commit().await.map_err(unavailable)?;
-        let rows: Vec<&[u8]> = rows.iter().map(|r| r.get(0)).collect();
-        TaskPage::from_rows(&rows, more, query, total as usize)
+        let rows: Vec<(Vec<u8>, Vec<Vec<u8>>)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    r.get::<_, Option<Vec<Vec<u8>>>>(1).unwrap_or_default(),
+                )
+            })
+            .collect();
+        TaskPage::from_parts(&rows, more, query, total as usize)
     }
 
     async fn count_unfinished(&self) -> Result<Vec<(crate::proto::TaskState, u64)>, StoreError> {
@@ -867,7 +908,7 @@ impl TaskStore for PostgresStore {
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         let sql = format!(
-            "SELECT tenant, record, version, id FROM tasks WHERE state IN ({})",
+            "SELECT tenant, record, version, id, {CHANGES} FROM tasks WHERE state IN ({})",
             state_list(StateClass::Active)
         );
         let client = self.client().await?;
@@ -882,9 +923,9 @@ impl TaskStore for PostgresStore {
         // replica is this process under an id it had before it rejoined:
         // the run is still queued here).
         let sql = format!(
-            "SELECT tenant, record, version, id FROM tasks WHERE state IN ({}) AND runner <> $1 \
-             AND runner NOT IN (SELECT id FROM replicas WHERE NOT dead) \
-             UNION ALL SELECT tenant, record, version, id FROM tasks \
+            "SELECT tenant, record, version, id, {CHANGES} FROM tasks WHERE state IN ({}) \
+             AND runner <> $1 AND runner NOT IN (SELECT id FROM replicas WHERE NOT dead) \
+             UNION ALL SELECT tenant, record, version, id, {CHANGES} FROM tasks \
              WHERE owed <> '{{}}' AND state IN ({}) AND EXISTS (SELECT 1 FROM unnest(owed) o(r) \
              WHERE r <> ALL($2) AND r NOT IN (SELECT id FROM replicas WHERE NOT dead))",
             state_list(StateClass::Active),
@@ -988,7 +1029,9 @@ impl TaskStore for PostgresStore {
         let (tenant, id) = (tenant.as_bytes(), task_id.as_bytes());
         let Some(row) = tx
             .query_opt(
-                "SELECT record, version FROM tasks WHERE tenant = $1 AND id = $2",
+                &format!(
+                    "SELECT record, version, {CHANGES} FROM tasks WHERE tenant = $1 AND id = $2"
+                ),
                 &[&tenant, &id],
             )
             .await
@@ -996,7 +1039,7 @@ impl TaskStore for PostgresStore {
         else {
             return Ok(None);
         };
-        let task = stored(row.get(0), row.get(1))?;
+        let task = stored(row.get(0), row.get(1), row.get(2))?;
         let rows = if task.version > after {
             tx.query(
                 "SELECT version, events FROM task_events WHERE tenant = $1 AND task_id = $2 \
@@ -1089,6 +1132,8 @@ impl TaskStore for PostgresStore {
              AND (status_seconds, status_nanos) < ($1, $2) RETURNING tenant, id, origin), \
              claims AS (DELETE FROM origin_claims c USING gone \
              WHERE c.tenant = gone.tenant AND c.origin = gone.origin AND gone.origin <> ''::bytea), \
+             changes AS (DELETE FROM task_changes c USING gone \
+             WHERE c.tenant = gone.tenant AND c.task_id = gone.id), \
              events AS (DELETE FROM task_events e USING gone \
              WHERE e.tenant = gone.tenant AND e.task_id = gone.id) \
              SELECT COUNT(*) FROM gone",

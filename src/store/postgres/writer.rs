@@ -72,12 +72,18 @@ const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_s
 /// resynchronised from a snapshot for want of them).
 /// A write committing follow-ups records the runs this replica owes them
 /// (`owed`, migration `0010_owed_runs.sql`).
+/// A whole write (`whole`) replaces the record and drops the changes after
+/// the old one; a write of changes appends them (`task_changes`, migration
+/// `0011_task_changes.sql`) and leaves the record as it is (not copied:
+/// the new row version points at the same TOASTed value).
 const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
      $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::int8[], $9::bool[], $11::bytea[], \
-     $12::int4[]) \
-     AS u(tenant, id, context_id, state, s, n, record, expected, by_run, events, owes)), \
+     $12::int4[], $13::bool[]) \
+     AS u(tenant, id, context_id, state, s, n, body, expected, by_run, events, owes, whole)), \
      made AS (UPDATE tasks AS t SET context_id = u.context_id, state = u.state, \
-     status_seconds = u.s, status_nanos = u.n, version = t.version + 1, record = u.record, \
+     status_seconds = u.s, status_nanos = u.n, version = t.version + 1, \
+     record = CASE WHEN u.whole THEN u.body ELSE t.record END, \
+     changes_bytes = CASE WHEN u.whole THEN 0 ELSE t.changes_bytes + octet_length(u.body) END, \
      runner = CASE WHEN u.by_run THEN $10 ELSE t.runner END, \
      owed = CASE WHEN u.owes > 0 THEN t.owed || array_fill($10::bytea, ARRAY[u.owes]) \
      ELSE t.owed END \
@@ -85,7 +91,12 @@ const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], 
      RETURNING t.tenant, t.id, t.version), \
      logged AS (INSERT INTO task_events (tenant, task_id, version, events) \
      SELECT made.tenant, made.id, made.version, u.events FROM made JOIN u USING (tenant, id) \
-     ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()) \
+     ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()), \
+     kept AS (INSERT INTO task_changes (tenant, task_id, version, changes) \
+     SELECT made.tenant, made.id, made.version, u.body FROM made JOIN u USING (tenant, id) \
+     WHERE NOT u.whole), \
+     dropped AS (DELETE FROM task_changes c USING made JOIN u USING (tenant, id) \
+     WHERE u.whole AND c.tenant = made.tenant AND c.task_id = made.id) \
      SELECT tenant, id, version FROM made";
 /// The first statement of every write transaction: refuses the whole
 /// transaction if this replica was declared dead, and keeps it from being
@@ -598,6 +609,10 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
                     .iter()
                     .map(|(_, t, _)| t.owes_runs as i32)
                     .collect::<Vec<_>>(),
+                &updates
+                    .iter()
+                    .map(|(_, t, _)| matches!(t.body, crate::store::Body::Whole(_)))
+                    .collect::<Vec<_>>(),
             ],
         )
         .await
@@ -812,24 +827,33 @@ async fn read_back_once(
             Ok(row.map(|r| Ok(u64::from(r.get::<_, Vec<u8>>(0) == *me))))
         }
         Kind::Create(task) | Kind::Update(task, _) => {
-            let row = client
-                .query_opt(
-                    "SELECT version, record FROM tasks WHERE tenant = $1 AND id = $2",
-                    &[&tenant, &task.id.as_bytes()],
-                )
-                .await
-                .map_err(unavailable)?;
             let expected = match &write.kind {
                 Kind::Update(_, expected) => *expected,
                 _ => 0,
             };
+            // What the write would have left: the record, or its changes at
+            // the version it made.
+            let row = client
+                .query_opt(
+                    "SELECT version, CASE WHEN $3 THEN record ELSE \
+                     (SELECT changes FROM task_changes c WHERE c.tenant = $1 AND c.task_id = $2 \
+                     AND c.version = $4) END FROM tasks WHERE tenant = $1 AND id = $2",
+                    &[
+                        &tenant,
+                        &task.id.as_bytes(),
+                        &matches!(task.body, crate::store::Body::Whole(_)),
+                        &(expected as i64 + 1),
+                    ],
+                )
+                .await
+                .map_err(unavailable)?;
             Ok(match row {
                 None if expected == 0 => None,
                 None => Some(Err(StoreError::NotFound(task.id.clone()))),
                 Some(r) => {
                     let version = r.get::<_, i64>(0) as u64;
-                    let record: &[u8] = r.get(1);
-                    if version == expected + 1 && record == &**task.body.bytes() {
+                    let stored: Option<&[u8]> = r.get(1);
+                    if version == expected + 1 && stored == Some(&**task.body.bytes()) {
                         Some(Ok(version))
                     } else if version == expected {
                         None
