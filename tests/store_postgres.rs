@@ -1068,13 +1068,6 @@ async fn a_follow_up_queued_across_a_rejoin_runs_once_and_is_owed_no_more() {
 /// tasks"), read back whole, also by a second replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes() {
-    use a2a_lifecycle::lifecycle::{
-        Changes, HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy,
-    };
-    use a2a_lifecycle::proto::TaskState;
-    use a2a_lifecycle::store::{Body, EncodedTask, ListQuery};
-    use prost::Message as _;
-
     let Some(url) = support::postgres::database().await else {
         return;
     };
@@ -1084,63 +1077,7 @@ async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes(
     admin.batch_execute(&dump).await.expect("the dump loads");
     let store_url = format!("{url}?options=-csearch_path%3D{schema}");
     let store = PostgresStore::open(&store_url).await.expect("opens");
-    let all = ListQuery {
-        history: HistoryLength::All,
-        include_artifacts: true,
-        ..Default::default()
-    };
-    let mut states = Vec::new();
-    for tenant in ["", "code-reviewer", "bench", "deployer"] {
-        let page = store.list(tenant, &all).await.unwrap();
-        assert_eq!(page.tasks.len(), 1, "tenant {tenant:?}");
-        states.push(support::state_of(&page.tasks[0]));
-    }
-    assert_eq!(
-        states,
-        [
-            TaskState::Completed,
-            TaskState::InputRequired,
-            TaskState::Completed,
-            TaskState::Rejected
-        ]
-    );
-    let fanout = &store.list("bench", &all).await.unwrap().tasks[0];
-    assert_eq!(fanout.artifacts[0].parts.len(), 10, "the fan-out's chunks");
-    let waiting_id = store.list("code-reviewer", &all).await.unwrap().tasks[0]
-        .id
-        .clone();
-    let stored = store
-        .get("code-reviewer", &waiting_id)
-        .await
-        .unwrap()
-        .unwrap();
-    let (mut record, mut version) = (stored.record, stored.version);
-    for event in [
-        TaskEvent::UserMessage(support::user_message("here is the diff")),
-        TaskEvent::Status(StatusUpdate {
-            state: TaskState::Working,
-            message: None,
-            metadata: None,
-        }),
-    ] {
-        let mut log = Vec::new();
-        record
-            .apply_logged(
-                event,
-                a2a_lifecycle::runtime::now(),
-                TransitionPolicy::Permissive,
-                &mut log,
-            )
-            .unwrap();
-        let write = EncodedTask::of(
-            &record,
-            Body::Changes(Changes::new(log).encode_to_vec().into()),
-        );
-        version = store
-            .update_encoded("code-reviewer", &write, version)
-            .await
-            .unwrap();
-    }
+    let (waiting_id, record, version) = support::previous_release::check_and_continue(&store).await;
     let other = PostgresStore::open(&store_url)
         .await
         .expect("a second replica");
@@ -1167,4 +1104,37 @@ async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes(
         .unwrap()
         .get(0);
     assert_eq!(changes, 2, "the follow-up and its status, as changes");
+}
+
+/// A follow-up committed on a replica while another replica runs the task,
+/// by a client that does not wait (its handle dropped at once): its run is
+/// queued until the other run ends and releases the task's runs, and then
+/// starts here, though nothing here follows the task any more (the fault
+/// harness met a follow-up that never ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_follow_up_runs_though_its_client_did_not_wait() {
+    let Some((a, b, _admin)) = two_short_leases().await else {
+        return;
+    };
+    let (on_a, on_b) = (
+        Arc::new(AsksThenCounts::default()),
+        Arc::new(AsksThenCounts::default()),
+    );
+    let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
+    let following = tokio::spawn(a.clone().follow_changes());
+    let started = on_b.started.notified();
+    let first = send_non_blocking(&b, support::user_message("deploy")).await;
+    support::within("B's run starts", started).await;
+    let mut follow_up = support::user_message("staging");
+    follow_up.message_id = "m-staging".into();
+    follow_up.task_id = first.snapshot.id.clone();
+    on_a.hold_follow_ups
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let ran = on_a.follow_up_started.notified();
+    drop(send_non_blocking(&a, follow_up).await);
+    on_b.proceed.notify_one();
+    support::within("the follow-up's run starts on A", ran).await;
+    assert_eq!(*on_a.follow_ups.lock().unwrap(), ["m-staging"]);
+    on_a.follow_up_proceed.notify_one();
+    following.abort();
 }

@@ -295,13 +295,6 @@ mod migrations {
     /// whole, also after a restart.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes() {
-        use a2a_lifecycle::lifecycle::{
-            Changes, HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy,
-        };
-        use a2a_lifecycle::proto::TaskState;
-        use a2a_lifecycle::store::{Body, EncodedTask, ListQuery};
-        use prost::Message as _;
-
         let path = super::scratch_db();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::copy(
@@ -313,63 +306,8 @@ mod migrations {
         )
         .unwrap();
         let store = SqliteStore::open(&path).await.expect("opens");
-        let all = ListQuery {
-            history: HistoryLength::All,
-            include_artifacts: true,
-            ..Default::default()
-        };
-        let mut states = Vec::new();
-        for tenant in ["", "code-reviewer", "bench", "deployer"] {
-            let page = store.list(tenant, &all).await.unwrap();
-            assert_eq!(page.tasks.len(), 1, "tenant {tenant:?}");
-            states.push(crate::support::state_of(&page.tasks[0]));
-        }
-        assert_eq!(
-            states,
-            [
-                TaskState::Completed,
-                TaskState::InputRequired,
-                TaskState::Completed,
-                TaskState::Rejected
-            ]
-        );
-        let fanout = &store.list("bench", &all).await.unwrap().tasks[0];
-        assert_eq!(fanout.artifacts[0].parts.len(), 10, "the fan-out's chunks");
-        let waiting_id = store.list("code-reviewer", &all).await.unwrap().tasks[0]
-            .id
-            .clone();
-        let stored = store
-            .get("code-reviewer", &waiting_id)
-            .await
-            .unwrap()
-            .unwrap();
-        let (mut record, mut version) = (stored.record, stored.version);
-        for event in [
-            TaskEvent::UserMessage(crate::support::user_message("here is the diff")),
-            TaskEvent::Status(StatusUpdate {
-                state: TaskState::Working,
-                message: None,
-                metadata: None,
-            }),
-        ] {
-            let mut log = Vec::new();
-            record
-                .apply_logged(
-                    event,
-                    a2a_lifecycle::runtime::now(),
-                    TransitionPolicy::Permissive,
-                    &mut log,
-                )
-                .unwrap();
-            let write = EncodedTask::of(
-                &record,
-                Body::Changes(Changes::new(log).encode_to_vec().into()),
-            );
-            version = store
-                .update_encoded("code-reviewer", &write, version)
-                .await
-                .unwrap();
-        }
+        let (waiting_id, record, version) =
+            crate::support::previous_release::check_and_continue(&store).await;
         let read = store
             .get("code-reviewer", &waiting_id)
             .await

@@ -168,6 +168,13 @@ pub(crate) struct Shared {
     /// [`origin_key`]), with the repeats waiting for that answer
     /// (idempotent sends).
     origins: Mutex<OriginWaiters>,
+    /// With a store shared by replicas, the live tasks holding follow-up
+    /// runs that wait for another replica's run to end: kept here so that
+    /// the run is still queued when the other replica releases the task,
+    /// though nothing else here holds the task any more (a client that
+    /// did not wait for its follow-up). Let go of once their queue is empty
+    /// ([`TaskManager::follow_changes`]'s look).
+    queued: Mutex<HashMap<TaskKey, Arc<LiveTask>, foldhash::fast::RandomState>>,
     /// Executor runs going on, by task (see `TaskManager::drain_runs`).
     pub(crate) running: tokio::sync::watch::Sender<HashMap<TaskKey, usize>>,
     pub(crate) shutdown: CancellationToken,
@@ -501,6 +508,7 @@ impl TaskManager {
                 config,
                 live: Mutex::new(HashMap::default()),
                 origins: Mutex::new(HashMap::default()),
+                queued: Mutex::new(HashMap::default()),
                 running: tokio::sync::watch::Sender::new(HashMap::new()),
                 runs: Mutex::new(shutdown.child_token()),
                 shutdown,
@@ -799,6 +807,13 @@ impl TaskManager {
             Author::Server,
         )?;
         let run = live.queue_run_locked(&mut state, request);
+        if self.shared.replicated {
+            self.shared
+                .queued
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(live.key().clone(), live.clone());
+        }
         drop(state);
         // The client is told (snapshot, stream) only once the message is
         // committed; the flush that commits it admits its run.
@@ -1215,7 +1230,16 @@ impl TaskManager {
                     }
                     Err(RecvError::Closed) => return,
                 },
-                _ = ticks.tick() => Some(false),
+                _ = ticks.tick() => {
+                    // Queued runs that started or were dropped no longer
+                    // need their task kept.
+                    self.shared
+                        .queued
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|_, live| live.queued() > 0);
+                    Some(false)
+                }
                 _ = shutdown.cancelled() => return,
             };
             if let Some(every) = all {

@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod jwt;
 pub mod postgres;
+pub mod previous_release;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
