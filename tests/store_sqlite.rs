@@ -287,7 +287,7 @@ mod migrations {
     use a2a_lifecycle::store::{SqliteStore, TaskStore};
 
     /// A database written by the release before long tasks (schema 8:
-    /// `tests/fixtures/sqlite-schema-8.db`, made by `serve` at ea82b54
+    /// `tests/fixtures/sqlite-schema-8.sql`, made by `serve` at ea82b54
     /// with the demo agents: a completed test run, a code review waiting
     /// for input, a bench fan-out of 20 updates, a rejected deploy) opens
     /// at schema 9 and reads every task as it was; its waiting task then
@@ -297,14 +297,11 @@ mod migrations {
     async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes() {
         let path = super::scratch_db();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::copy(
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fixtures/sqlite-schema-8.db"
-            ),
-            &path,
-        )
-        .unwrap();
+        let built = rusqlite::Connection::open(&path).unwrap();
+        built
+            .execute_batch(include_str!("fixtures/sqlite-schema-8.sql"))
+            .expect("the fixture's SQL loads");
+        built.close().unwrap();
         let store = SqliteStore::open(&path).await.expect("opens");
         let (waiting_id, record, version) =
             crate::support::previous_release::check_and_continue(&store).await;

@@ -1,5 +1,5 @@
 //! The databases the release before the long-task layout wrote
-//! (`tests/fixtures/sqlite-schema-8.db`, `tests/fixtures/postgres-schema-10.sql`:
+//! (`tests/fixtures/sqlite-schema-8.sql`, `tests/fixtures/postgres-schema-10.sql`:
 //! `serve` at ea82b54 with the demo agents, four messages), read by a
 //! store of this release: what each backend's migration test checks.
 
