@@ -691,3 +691,181 @@ async fn different_follow_ups_sent_to_two_replicas_at_once_never_run_together() 
         "one run per task: a second follow-up's run never starts"
     );
 }
+
+/// The number a `fanout` update carries (its status message's text or its
+/// chunk's), `None` for any other event.
+fn fanout_number(event: &StreamResponse) -> Option<u32> {
+    use a2a_lifecycle::proto::part::Content;
+    let text = match event.payload.as_ref()? {
+        stream_response::Payload::StatusUpdate(u) => {
+            a2a_lifecycle::agent::message_text(u.status.as_ref()?.message.as_ref()?)
+        }
+        stream_response::Payload::ArtifactUpdate(u) => match &u.artifact.as_ref()?.parts[..] {
+            [part] => match &part.content {
+                Some(Content::Text(t)) => t.clone(),
+                _ => return None,
+            },
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(text.parse().expect("a fanout update is numbered"))
+}
+
+/// How many `fanout` updates a snapshot holds: its chunks are 2, 4, ..
+/// and its agent messages (history, then status) 1, 3, .., each in order
+/// and none missing, together 1..=n. Anything else fails the test.
+fn fanout_updates_in(snapshot: &Task) -> u32 {
+    use a2a_lifecycle::proto::{Role, part::Content};
+    let chunks: Vec<u32> = snapshot
+        .artifacts
+        .iter()
+        .flat_map(|a| &a.parts)
+        .map(|p| match &p.content {
+            Some(Content::Text(t)) => t.parse().expect("a numbered chunk"),
+            other => panic!("a chunk that is not text: {other:?}"),
+        })
+        .collect();
+    let mut statuses: Vec<u32> = snapshot
+        .history
+        .iter()
+        .filter(|m| m.role == Role::Agent as i32)
+        .map(|m| a2a_lifecycle::agent::message_text(m).parse().unwrap())
+        .collect();
+    let status = status_text(snapshot);
+    if !status.is_empty() {
+        statuses.push(status.parse().expect("a numbered status"));
+    }
+    let expected_chunks: Vec<u32> = (1..=chunks.len() as u32).map(|i| 2 * i).collect();
+    let expected_statuses: Vec<u32> = (0..statuses.len() as u32).map(|i| 2 * i + 1).collect();
+    assert_eq!(chunks, expected_chunks, "the snapshot's chunks");
+    assert_eq!(
+        statuses, expected_statuses,
+        "the snapshot's status messages"
+    );
+    let n = chunks.len() + statuses.len();
+    assert!(
+        chunks.len() == statuses.len() || chunks.len() + 1 == statuses.len(),
+        "{} chunks and {} status messages are not one run of updates",
+        chunks.len(),
+        statuses.len()
+    );
+    n as u32
+}
+
+/// A long task followed on another replica (issue "long-lived tasks"):
+/// the follower catches up on each write by replaying what it changed, not
+/// by reading the task again, through the whole writes the running replica
+/// makes now and then. Its copy stays the stored task throughout: a
+/// subscriber joining there at any point gets a snapshot of every update so
+/// far and then each later update once, in order; at the end it reads as
+/// the running replica's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_task_followed_on_another_replica_is_caught_up_by_its_changes() {
+    const UPDATES: u32 = 2_000;
+    let Some((mut a, mut b)) = two_replicas("10s").await else {
+        return;
+    };
+    // WORKING, a second for b's subscriber to attach, then the updates
+    // 1 ms apart (more than MIN_CHANGES_BEFORE_WHOLE of changes, many
+    // times over: a's writes are whole now and then), then COMPLETED.
+    let task = support::send_task(
+        &mut a.grpc,
+        support::request(
+            "",
+            support::user_message(&format!("fanout:{UPDATES}:1000:1000")),
+            true,
+        ),
+    )
+    .await;
+    let mut first = within(
+        "subscribe on b",
+        b.grpc.subscribe_to_task(subscribe_request(&task.id)),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let first_snapshot = within("the snapshot", first.message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        first_snapshot.payload,
+        Some(stream_response::Payload::Task(_))
+    ));
+    // Each time b's first subscriber reaches another fifth of the updates,
+    // one more subscriber joins on b.
+    let mut joined = Vec::new();
+    let mut last = 0;
+    while let Some(event) = within("b's next event", first.message()).await.unwrap() {
+        let Some(n) = fanout_number(&event) else {
+            continue;
+        };
+        assert_eq!(n, last + 1, "b's first subscriber after update {last}");
+        last = n;
+        if n % (UPDATES / 5) == 0 && n < UPDATES {
+            let stream = within(
+                "subscribe on b again",
+                b.grpc.subscribe_to_task(subscribe_request(&task.id)),
+            )
+            .await
+            .unwrap()
+            .into_inner();
+            joined.push(tokio::spawn(events_after_snapshot(stream)));
+        }
+    }
+    assert_eq!(last, UPDATES, "b's first subscriber saw every update");
+    assert_eq!(joined.len(), 4);
+    for stream in joined {
+        let (snapshot, events) = within("a later subscriber", stream).await.unwrap();
+        let held = fanout_updates_in(&snapshot);
+        let after: Vec<u32> = events.iter().filter_map(fanout_number).collect();
+        let expected: Vec<u32> = (held + 1..=UPDATES).collect();
+        assert_eq!(after, expected, "the updates after a snapshot of {held}");
+        assert_eq!(final_state(&events), Some(TaskState::Completed));
+    }
+    let on_a = support::get_task(&mut a.grpc, "", &task.id).await.unwrap();
+    let on_b = support::get_task(&mut b.grpc, "", &task.id).await.unwrap();
+    assert_eq!(on_b, on_a, "the task on b and on a");
+    assert_eq!(fanout_updates_in(&on_b), UPDATES);
+    // How b caught up: its log up to a marker message's run.
+    let marker = support::user_message("marker");
+    within(
+        "marker",
+        support::send_task(&mut b.grpc, support::request("", marker.clone(), true)),
+    )
+    .await;
+    let (mut changes, mut whole) = (0, 0);
+    let deadline = std::time::Instant::now() + support::WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = b
+            .log
+            .recv_timeout(left)
+            .expect("the marker's run is logged");
+        if line.contains("agent run started") && line.contains(&marker.message_id) {
+            break;
+        }
+        if line.contains("caught up with the task's writes elsewhere") && line.contains(&task.id) {
+            if line.contains("read=\"changes\"") {
+                changes += 1;
+            } else if line.contains("read=\"whole\"") {
+                whole += 1;
+            } else {
+                panic!("a catch-up line says neither how: {line}");
+            }
+        }
+    }
+    eprintln!("b caught up {changes} times by changes, {whole} whole");
+    // By changes throughout, across a's whole writes of the running task
+    // (they log their changes too, migration 0012); whole only for the
+    // terminal write (a finished task is one record), and once more per
+    // whole write b fell more than a whole write behind, which it does not
+    // on an idle machine (before the whole writes logged their changes:
+    // 8 whole reads here, one per whole write).
+    assert!(changes >= 100, "{changes} catch-ups by changes ({whole} whole)");
+    assert!(
+        (1..=3).contains(&whole),
+        "{whole} whole catch-ups against {changes} by changes"
+    );
+}

@@ -1097,13 +1097,85 @@ async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes(
         .await
         .unwrap()
         .get(0);
-    assert_eq!(schema_version, 11);
+    assert_eq!(schema_version, 12);
     let changes: i64 = admin
         .query_one(&format!("SELECT COUNT(*) FROM {schema}.task_changes"), &[])
         .await
         .unwrap()
         .get(0);
     assert_eq!(changes, 2, "the follow-up and its status, as changes");
+    // Migration 0012: a whole write of the running task, logging its
+    // changes for followers, then one more write of changes. Read whole,
+    // and caught up by changes from each version since the follow-up.
+    let mut versions = vec![(version, record.clone())];
+    let (mut record, mut version) = (record, version);
+    for (n, whole) in [(1, true), (2, false)] {
+        let mut log = Vec::new();
+        record
+            .apply_logged(
+                a2a_lifecycle::lifecycle::TaskEvent::Status(
+                    a2a_lifecycle::lifecycle::StatusUpdate {
+                        state: a2a_lifecycle::proto::TaskState::Working,
+                        message: Some(a2a_lifecycle::proto::Message {
+                            role: a2a_lifecycle::proto::Role::Agent as i32,
+                            ..support::user_message(&format!("step {n}"))
+                        }),
+                        metadata: None,
+                    },
+                ),
+                a2a_lifecycle::runtime::now(),
+                a2a_lifecycle::lifecycle::TransitionPolicy::Permissive,
+                &mut log,
+            )
+            .unwrap();
+        let changes: Arc<[u8]> =
+            prost::Message::encode_to_vec(&a2a_lifecycle::lifecycle::Changes::new(log)).into();
+        let mut write = a2a_lifecycle::store::EncodedTask::of(
+            &record,
+            if whole {
+                a2a_lifecycle::store::Body::Whole(
+                    a2a_lifecycle::store::codec::encode(&record).into(),
+                )
+            } else {
+                a2a_lifecycle::store::Body::Changes(changes.clone())
+            },
+        );
+        if whole {
+            write.logged = Some(changes);
+        }
+        version = store
+            .update_encoded("code-reviewer", &write, version)
+            .await
+            .unwrap();
+        versions.push((version, record.clone()));
+    }
+    for reader in [&store, &other] {
+        let read = reader
+            .get("code-reviewer", &waiting_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((read.record, read.version), (record.clone(), version));
+    }
+    // The follow-up's writes of changes are still kept (the whole write
+    // drops only those up to the whole write before it: none, on a task
+    // whose record is as created), and the whole write's own.
+    for (after, held) in &versions {
+        let up = other
+            .catch_up("code-reviewer", &waiting_id, *after)
+            .await
+            .unwrap()
+            .unwrap();
+        let a2a_lifecycle::store::Caught::Changes(writes) = up.task else {
+            panic!("from {after}: the whole task, though its changes are kept");
+        };
+        assert_eq!(writes.len() as u64, version - after);
+        let mut caught = held.clone();
+        for changes in writes {
+            caught.replay_all(changes).unwrap();
+        }
+        assert_eq!(caught, record, "caught up from {after}");
+    }
 }
 
 /// A follow-up committed on a replica while another replica runs the task,

@@ -38,7 +38,7 @@ use crate::lifecycle::{
     ApplyError, Change, Changes, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy,
 };
 use crate::proto::{Message, StreamResponse, Task, TaskState, stream_response::Payload};
-use crate::store::{Body, Caller, EncodedTask, OutboxEntry, StoreError};
+use crate::store::{Body, Caller, Caught, EncodedTask, OutboxEntry, StoreError};
 
 /// What blocking waiters watch: the committed state, how many status
 /// events have been committed, and where the task's runs are.
@@ -304,6 +304,50 @@ impl Loaded {
     fn committed_state(&self) -> TaskState {
         self.committed_record().state()
     }
+
+    /// Takes in what other writers committed, up to `version`: the
+    /// committed copy becomes the task as stored then. Without events
+    /// pending the working copy is the committed one and moves with it;
+    /// with events pending the caller re-applies them on it (a rebase).
+    /// Changes are replayed, at the cost of what they changed, not of the
+    /// task (issue "long-lived tasks"). False when they do not follow from
+    /// the copy held (not expected): the caller reads the task whole.
+    fn take_committed(&mut self, caught: Caught, version: u64) -> bool {
+        use prost::Message as _;
+        match caught {
+            Caught::Whole(record) if self.pending.is_empty() => self.reload(*record, version),
+            Caught::Whole(record) => {
+                self.committed = Some(*record);
+                self.version = version;
+            }
+            Caught::Changes(writes) => {
+                for changes in writes {
+                    let size = changes.encoded_len();
+                    let replayed = if self.pending.is_empty() {
+                        // A committed copy kept since this process's own
+                        // last commit equals the working copy: both move.
+                        self.committed
+                            .as_mut()
+                            .is_none_or(|c| c.replay_all(changes.clone()).is_ok())
+                            && self.record.replay_all(changes).is_ok()
+                    } else {
+                        self.committed
+                            .as_mut()
+                            .is_some_and(|c| c.replay_all(changes).is_ok())
+                    };
+                    if !replayed {
+                        return false;
+                    }
+                    // Another writer's changes grow the task and the
+                    // store's changes after its whole record alike.
+                    self.bytes += size;
+                    self.changes_bytes += size;
+                }
+                self.version = version;
+            }
+        }
+        true
+    }
 }
 
 /// The push notifications a write of these pending events makes due: each
@@ -416,6 +460,9 @@ pub(crate) struct LiveTask {
     /// Marked as watched in a store shared by replicas
     /// ([`crate::store::TaskStore::watch`]): unmarked when dropped.
     watched: std::sync::atomic::AtomicBool,
+    /// Catch-ups asked for and not yet begun by the one running
+    /// ([`LiveTask::catch_up`]); one runs while this is above 0.
+    catching_up: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for LiveTask {
@@ -471,6 +518,7 @@ impl LiveTask {
             runs: Mutex::new(Runs::default()),
             current_run: std::sync::atomic::AtomicU64::new(0),
             watched: std::sync::atomic::AtomicBool::new(false),
+            catching_up: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -755,7 +803,17 @@ impl LiveTask {
         } else {
             Body::Changes(changes.encode_to_vec().into())
         };
+        // A whole write of a running task logs its changes too, for the
+        // replicas following it ([`EncodedTask::logged`]); a terminal one
+        // does not: a finished task is kept as one record.
+        let logged = (whole
+            && shared.replicated
+            && shared.keeps_changes
+            && loaded.version > 0
+            && !loaded.record.state().is_terminal())
+        .then(|| changes.encode_to_vec().into());
         let mut write = EncodedTask::of(&loaded.record, body);
+        write.logged = logged;
         write.outbox = outbox_entries(&loaded.record, &loaded.pending);
         write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
         // At most MAX_QUEUED_MESSAGES of them.
@@ -892,10 +950,11 @@ impl LiveTask {
             .catch_up(&self.key.tenant, &self.key.id, loaded.version)
             .await?
             .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
-        let (expected, actual) = (loaded.version, up.task.version);
-        let stored = self.absorb_committed(loaded, up);
-        loaded.committed = Some(stored.clone());
-        let mut record = stored;
+        let (expected, actual) = (loaded.version, up.version);
+        self.absorb_committed(shared, loaded, up).await?;
+        // A copy to re-apply the pending events on: a whole task, but only
+        // after a conflict (two writers of one task at once), not per write.
+        let mut record = loaded.committed_record().clone();
         let mut outs = Vec::with_capacity(loaded.pending.len());
         for p in &mut loaded.pending {
             // A client message another replica took first (the same
@@ -937,35 +996,57 @@ impl LiveTask {
 
     /// Takes another writer's commits in (`up`): publishes their events to
     /// this replica's subscribers (or has them resynchronise when the
-    /// store could not give them all), takes the stored version, and
-    /// stops the run here if the task ended elsewhere (a cancel on another
-    /// replica). Returns the stored record, which the caller makes the
-    /// committed copy.
-    fn absorb_committed(
+    /// store could not give them all), makes the stored task the committed
+    /// copy ([`Loaded::take_committed`]), and stops the run here if the
+    /// task ended elsewhere (a cancel on another replica).
+    async fn absorb_committed(
         self: &Arc<Self>,
+        shared: &Arc<Shared>,
         loaded: &mut Loaded,
         up: crate::store::CatchUp,
-    ) -> TaskRecord {
+    ) -> Result<(), StoreError> {
         let run = self.current_run.load(std::sync::atomic::Ordering::Relaxed);
-        if up.complete {
+        let mut complete = up.complete;
+        if complete {
             for event in up.events {
                 self.publish(loaded, run, Some(event));
             }
-        } else if let Some(tx) = &loaded.events
+        }
+        tracing::debug!(
+            task_id = %self.key.id,
+            version = up.version,
+            read = match &up.task {
+                Caught::Whole(_) => "whole",
+                Caught::Changes(_) => "changes",
+            },
+            "caught up with the task's writes elsewhere"
+        );
+        if !loaded.take_committed(up.task, up.version) {
+            // Changes that do not follow from the copy held: whatever it
+            // missed, the store's whole task is the truth.
+            tracing::error!(task_id = %self.key.id, "a task's stored changes did not follow from the copy held; read whole");
+            let stored = shared
+                .store
+                .get(&self.key.tenant, &self.key.id)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
+            complete &= stored.version == up.version;
+            loaded.take_committed(Caught::Whole(Box::new(stored.record)), stored.version);
+        }
+        if !complete
+            && let Some(tx) = &loaded.events
             && tx.receiver_count() > 0
         {
             let _ = tx.send(Arc::new(Signal::Resync));
         }
-        let record = up.task.record;
-        let state = record.state();
+        let state = loaded.committed_state();
         self.progress.send_modify(|p| p.state = state);
-        loaded.version = up.task.version;
         if state.is_terminal()
             && let Some(token) = self.runs().cancel.take()
         {
             token.cancel();
         }
-        record
+        Ok(())
     }
 
     /// With a store shared by replicas, once this replica's run of the
@@ -1048,10 +1129,36 @@ impl LiveTask {
     }
 
     /// Brings the cached task up to the store after another replica wrote
-    /// it ([`super::TaskManager::follow_changes`]): read outside the lock,
-    /// taken in only if nothing changed the cache meanwhile (else whatever
-    /// did catches up, or the next look does).
+    /// it ([`super::TaskManager::follow_changes`]). One at a time: asked
+    /// for while one runs (a notification per write of a busy task), it
+    /// only has the running one look once more when done. Concurrent
+    /// catch-ups would each read the same writes from the same version,
+    /// all but one for nothing, more of them the longer a read takes.
     pub(crate) async fn catch_up(self: Arc<Self>, shared: Arc<Shared>) {
+        use std::sync::atomic::Ordering::AcqRel;
+        if self.catching_up.fetch_add(1, AcqRel) > 0 {
+            // One is running: it looks again after its read.
+            return;
+        }
+        loop {
+            let asked = self.catching_up.load(std::sync::atomic::Ordering::Acquire);
+            self.catch_up_once(&shared).await;
+            // Asked for again since this one began: one more look, which
+            // reads from the version this one reached.
+            if self
+                .catching_up
+                .compare_exchange(asked, 0, AcqRel, std::sync::atomic::Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// One catch-up ([`LiveTask::catch_up`]): read outside the lock, taken
+    /// in only if nothing changed the cache meanwhile (else whatever did
+    /// catches up, or the next look does).
+    async fn catch_up_once(self: &Arc<Self>, shared: &Arc<Shared>) {
         let from = {
             let guard = self.state.lock().await;
             match guard.as_ref() {
@@ -1064,14 +1171,14 @@ impl LiveTask {
             .catch_up(&self.key.tenant, &self.key.id, from)
             .await
         {
-            Ok(Some(up)) if up.task.version > from => up,
+            Ok(Some(up)) if up.version > from => up,
             Ok(_) => {
                 // Nothing new, but a queued run may wait for a claim
                 // another replica has released since (or just taken).
                 if self.runs().waiting()
-                    && let Ok(mut guard) = self.lock_loaded(&shared).await
+                    && let Ok(mut guard) = self.lock_loaded(shared).await
                 {
-                    self.dispatch_locked(&shared, guard.as_mut().expect("loaded"));
+                    self.dispatch_locked(shared, guard.as_mut().expect("loaded"));
                 }
                 return;
             }
@@ -1085,10 +1192,11 @@ impl LiveTask {
         if loaded.version != from || !loaded.pending.is_empty() || loaded.flushing {
             return;
         }
-        let record = self.absorb_committed(loaded, up);
-        let version = loaded.version;
-        loaded.reload(record, version);
-        self.dispatch_locked(&shared, loaded);
+        if let Err(e) = self.absorb_committed(shared, loaded, up).await {
+            tracing::debug!(task_id = %self.key.id, error = %e, "catching up failed; retried at the next look");
+            return;
+        }
+        self.dispatch_locked(shared, loaded);
     }
 
     /// Drops every pending event after a failed commit: their waiters get

@@ -92,13 +92,19 @@ pub fn decode_with_changes<'a>(
 ) -> Result<TaskRecord, StoreError> {
     let mut record = decode(whole)?;
     for bytes in changes {
-        let changes = crate::lifecycle::Changes::decode(bytes)
-            .map_err(|e| StoreError::Internal(format!("stored task changes do not decode: {e}")))?;
+        let changes = decode_changes(bytes)?;
         record
             .replay_all(changes)
             .map_err(|e| StoreError::Internal(format!("stored task changes do not replay: {e}")))?;
     }
     Ok(record)
+}
+
+/// One write's changes ([`crate::lifecycle::Changes`]) as a store keeps
+/// them.
+pub fn decode_changes(bytes: &[u8]) -> Result<crate::lifecycle::Changes, StoreError> {
+    crate::lifecycle::Changes::decode(bytes)
+        .map_err(|e| StoreError::Internal(format!("stored task changes do not decode: {e}")))
 }
 
 /// Stream events as a store shared by replicas keeps a write's

@@ -285,6 +285,13 @@ pub struct EncodedTask {
     /// replicas for the other replicas' subscribers
     /// ([`TaskStore::catch_up`]); filled only for such a store.
     pub events: Vec<u8>,
+    /// With a whole body, what the write changed ([`crate::lifecycle::Changes`],
+    /// encoded), for a store shared by replicas to keep beside the record,
+    /// so that a replica following the task catches up on this write by
+    /// its changes as on any other, not by reading the task again
+    /// ([`Caught::Changes`]). Set by the runtime for a whole write of a
+    /// running task; `None` otherwise, and ignored by other stores.
+    pub logged: Option<Arc<[u8]>>,
     /// The write carries an agent's events: a store shared by replicas
     /// records the writing replica as the one running the task (what
     /// recovery by lease looks at). A creating write always does.
@@ -358,12 +365,31 @@ pub enum Change {
 /// ([`TaskStore::catch_up`]).
 #[derive(Debug, Clone)]
 pub struct CatchUp {
-    pub task: StoredTask,
+    /// The task's version now.
+    pub version: u64,
+    /// The task at `version`, whole or as what changed since the version
+    /// asked for.
+    pub task: Caught,
     /// Each write's events after the version asked for, in version order.
     pub events: Vec<crate::proto::StreamResponse>,
     /// Whether `events` holds every write's since that version (the
     /// store keeps them for a while only).
     pub complete: bool,
+}
+
+/// How [`TaskStore::catch_up`] gives the task as it is now.
+#[derive(Debug, Clone)]
+pub enum Caught {
+    /// The whole task.
+    Whole(Box<TaskRecord>),
+    /// What each write after the version asked for changed, in version
+    /// order: replayed ([`TaskRecord::replay_all`]) on the task as it was
+    /// at that version, they give it as it is now. A store that keeps
+    /// changes answers so while it still has every write's since then (it
+    /// keeps them back to the task's last whole record), so that a replica
+    /// following a long task reads what each write changed, not the task
+    /// again (issue "long-lived tasks").
+    Changes(Vec<crate::lifecycle::Changes>),
 }
 
 /// What claiming a new message's idempotency key found (spec §3.3.1;
@@ -432,6 +458,7 @@ impl EncodedTask {
             origin: origin_of(record),
             outbox: Vec::new(),
             events: Vec::new(),
+            logged: None,
             by_run: false,
             owes_runs: 0,
         }
@@ -661,7 +688,9 @@ pub trait TaskStore: Send + Sync + 'static {
     }
 
     /// The task as stored now and the events of each write after version
-    /// `after` ([`TaskStore::changes`]); `None` when the task is gone.
+    /// `after` ([`TaskStore::changes`]); `None` when the task is gone. The
+    /// task comes whole, or as the changes after `after` from a store that
+    /// has them all ([`Caught`]).
     /// A store of one process keeps no events: it answers with the task
     /// and no events, incomplete unless the task is still at `after`.
     async fn catch_up(
@@ -672,7 +701,8 @@ pub trait TaskStore: Send + Sync + 'static {
     ) -> Result<Option<CatchUp>, StoreError> {
         Ok(self.get(tenant, task_id).await?.map(|task| CatchUp {
             complete: task.version <= after,
-            task,
+            version: task.version,
+            task: Caught::Whole(Box::new(task.record)),
             events: Vec::new(),
         }))
     }

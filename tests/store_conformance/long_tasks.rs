@@ -64,6 +64,30 @@ fn check(record: &TaskRecord, n: usize, what: &str) {
     }
 }
 
+/// Task `id` as created, before its updates.
+fn long_task(id: &str) -> TaskRecord {
+    TaskRecord::submitted(
+        id.into(),
+        "ctx".into(),
+        message(&format!("{id}/m0"), Role::User, "go"),
+        at(0),
+    )
+}
+
+/// Task `id` as each version left it ([`write_long_task`]): index
+/// `version - 1`, from the create (version 1) to `updates` updates later.
+fn long_task_versions(id: &str, updates: usize) -> Vec<TaskRecord> {
+    let mut record = long_task(id);
+    let mut versions = vec![record.clone()];
+    for n in 1..=updates {
+        record
+            .apply(update(n), at(n as i64), TransitionPolicy::Permissive)
+            .expect("apply");
+        versions.push(record.clone());
+    }
+    versions
+}
+
 /// Writes `updates` updates to a new task `id`, one store write each: what
 /// each changed, and every `whole_every` writes the whole task (0: never),
 /// as the runtime does when changes outweigh the task. Returns the task
@@ -75,12 +99,7 @@ async fn write_long_task(
     whole_every: usize,
     after_each: impl Fn(usize),
 ) -> TaskRecord {
-    let mut record = TaskRecord::submitted(
-        id.into(),
-        "ctx".into(),
-        message(&format!("{id}/m0"), Role::User, "go"),
-        at(0),
-    );
+    let mut record = long_task(id);
     store.create(T, &record).await.expect("create");
     for n in 1..=updates {
         let mut log = Vec::new();
@@ -92,13 +111,20 @@ async fn write_long_task(
                 &mut log,
             )
             .expect("apply");
-        let body = if !store.keeps_changes() || (whole_every > 0 && n % whole_every == 0) {
+        let changes: std::sync::Arc<[u8]> = Changes::new(log).encode_to_vec().into();
+        let whole = !store.keeps_changes() || (whole_every > 0 && n % whole_every == 0);
+        let body = if whole {
             Body::Whole(a2a_lifecycle::store::codec::encode(&record).into())
         } else {
-            Body::Changes(Changes::new(log).encode_to_vec().into())
+            Body::Changes(changes.clone())
         };
+        let mut write = EncodedTask::of(&record, body);
+        // As the runtime logs a running task's whole write for replicas.
+        if whole && store.changes().is_some() {
+            write.logged = Some(changes);
+        }
         let version = store
-            .update_encoded(T, &EncodedTask::of(&record, body), n as u64)
+            .update_encoded(T, &write, n as u64)
             .await
             .unwrap_or_else(|e| panic!("update {n}: {e}"));
         assert_eq!(version, n as u64 + 1);
@@ -219,4 +245,64 @@ pub async fn a_stale_write_of_changes_is_refused(store: Store) {
         "{refused:?}"
     );
     assert_eq!(must_get(&store, T, "stale").await.record, written);
+}
+
+/// What a replica following a task reads to catch up from the version it
+/// holds ([`TaskStore::catch_up`]): the task as it is now, whole or as the
+/// changes of each write since, which replayed on the task at that version
+/// give it as it is now, from any version. A store shared by replicas
+/// gives the changes whenever it still keeps all of them (back to the last
+/// whole write), so that following a long task costs each write what it
+/// changed, not the task again (issue "long-lived tasks").
+///
+/// [`TaskStore::catch_up`]: a2a_lifecycle::store::TaskStore::catch_up
+pub async fn catch_up_gives_the_task_from_any_version(store: Store) {
+    use a2a_lifecycle::store::Caught;
+    // Whole writes at updates 50 and 100: versions 51 and 101. A store
+    // shared by replicas keeps the changes since the whole write before
+    // the last (51): from any version from there on, it answers changes.
+    let written = write_long_task(&store, "followed", 120, 50, |_| {}).await;
+    let versions = long_task_versions("followed", 120);
+    assert_eq!(versions[120], written);
+    let shared = store.changes().is_some();
+    for after in [0u64, 1, 2, 50, 51, 52, 100, 101, 102, 110, 120, 121] {
+        let up = store
+            .catch_up(T, "followed", after)
+            .await
+            .unwrap_or_else(|e| panic!("catch up from {after}: {e}"))
+            .expect("the task is there");
+        assert_eq!(up.version, 121, "from {after}");
+        let now = match up.task {
+            Caught::Whole(record) => {
+                assert!(
+                    !(shared && store.keeps_changes() && after >= 51),
+                    "from {after}: the whole task, though the changes since are kept"
+                );
+                *record
+            }
+            Caught::Changes(writes) => {
+                assert!(after >= 1, "changes from before the create");
+                if shared {
+                    assert!(after >= 51, "changes from {after}, before those kept");
+                    assert_eq!(writes.len() as u64, 121 - after, "from {after}");
+                }
+                let mut record = versions[after as usize - 1].clone();
+                for changes in writes {
+                    record
+                        .replay_all(changes)
+                        .unwrap_or_else(|e| panic!("from {after}: {e}"));
+                }
+                record
+            }
+        };
+        assert_eq!(now, written, "caught up from {after}");
+    }
+    assert!(
+        store
+            .catch_up(T, "missing", 0)
+            .await
+            .expect("catch up")
+            .is_none(),
+        "a task that is not there"
+    );
 }

@@ -104,9 +104,12 @@ struct LongArgs {
     /// Skip the SQLite store.
     #[arg(long)]
     no_sqlite: bool,
-    /// Skip the PostgreSQL store.
+    /// Skip the PostgreSQL store (and its follower row).
     #[arg(long)]
     no_postgres: bool,
+    /// Only these rows (comma-separated); all of them by default.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<long::Store>,
     /// The PostgreSQL server (a schema of its own, dropped after).
     #[arg(
         long,
@@ -2017,6 +2020,7 @@ fn long_stores(no_sqlite: bool, no_postgres: bool) -> Vec<long::Store> {
     }
     if !no_postgres {
         stores.push(long::Store::Postgres);
+        stores.push(long::Store::PostgresFollower);
     }
     stores
 }
@@ -2044,7 +2048,14 @@ async fn long_rows(
             figures.last().ok_or("no task length")?,
         );
         let (bare, ours, unit) = match (first.bytes_per_write, last.bytes_per_write) {
-            (Some(a), Some(b)) => (a, b, "bytes/write"),
+            (Some(a), Some(b)) => (
+                a,
+                b,
+                match store {
+                    long::Store::PostgresFollower => "bytes read/write",
+                    _ => "bytes/write",
+                },
+            ),
             _ => (
                 first.cpu_us_per_write,
                 last.cpu_us_per_write,
@@ -2084,7 +2095,7 @@ async fn long_rows(
         });
         json.push(format!(
             r#"{{"name":"long_{}","bytes_growth":{},"cpu_growth":{cpu_growth:.3}}}"#,
-            store.name().to_lowercase(),
+            store.key(),
             bytes_growth.map_or("null".to_string(), |g| format!("{g:.3}"))
         ));
     }
@@ -2137,7 +2148,10 @@ fn main() -> Result<(), AnyError> {
             }
             Cmd::Suite(args) => suite(&args, split).await,
             Cmd::Long(args) => {
-                let stores = long_stores(args.no_sqlite, args.no_postgres);
+                let mut stores = long_stores(args.no_sqlite, args.no_postgres);
+                if !args.only.is_empty() {
+                    stores.retain(|s| args.only.contains(s));
+                }
                 let server_cpus = split.as_ref().map(|(s, _)| s.as_str());
                 let (rows, json) = long_rows(
                     &sibling("a2a-lifecycle"),

@@ -34,8 +34,8 @@ use tokio_postgres::types::ToSql;
 
 use super::sqlite::state_list;
 use super::{
-    CatchUp, Change, DELIVERY_ROLE, Delivery, EncodedTask, ListQuery, OriginClaim, StoreError,
-    StoredTask, TaskPage, TaskStore, codec, origin_key, time_key,
+    CatchUp, Caught, Change, DELIVERY_ROLE, Delivery, EncodedTask, ListQuery, OriginClaim,
+    StoreError, StoredTask, TaskPage, TaskStore, codec, origin_key, time_key,
 };
 use crate::lifecycle::StateClass;
 use writer::{Kind, Writers};
@@ -60,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0009_fencing.sql"),
     include_str!("../../../migrations/postgres/0010_owed_runs.sql"),
     include_str!("../../../migrations/postgres/0011_task_changes.sql"),
+    include_str!("../../../migrations/postgres/0012_whole_version.sql"),
 ];
 
 /// How long a request waits for a free pooled connection.
@@ -129,13 +130,33 @@ fn text(bytes: Vec<u8>) -> Result<String, StoreError> {
     String::from_utf8(bytes).map_err(|_| StoreError::Internal("stored text is not UTF-8".into()))
 }
 
-/// A read of a task's changes after its record (migration 0011), in
-/// order, as one more column of a statement reading `tasks`: NULL (no
+/// A read of a task's changes after its record (migrations 0011, 0012),
+/// in order, as one more column of a statement reading `tasks`: NULL (no
 /// lookup) when it has none, so that the record and its changes are of one
-/// snapshot.
+/// snapshot. The changes kept at or before the record's version
+/// (`whole_version`) are for followers ([`CATCH_UP`]), not read here.
 const CHANGES: &str = "CASE WHEN tasks.changes_bytes > 0 THEN \
      (SELECT array_agg(c.changes ORDER BY c.version) FROM task_changes c \
-     WHERE c.tenant = tasks.tenant AND c.task_id = tasks.id) END";
+     WHERE c.tenant = tasks.tenant AND c.task_id = tasks.id \
+     AND c.version > tasks.whole_version) END";
+
+/// A task as [`TaskStore::catch_up`] reads it after version `$3`: its
+/// version; its record only when the changes after `$3` are not all kept
+/// (`base`, the version before the task's first kept change, is past
+/// `$3`), else NULL, never read; and the changes after `$3`, or with the
+/// record those after it (`whole_version`), in order. The changes kept
+/// run without a gap from `base` to the task's version: a whole write of a
+/// running task keeps its own and those since the whole write before it
+/// (migration 0012), any other whole write none. One statement: one
+/// snapshot.
+const CATCH_UP: &str = "SELECT t.version, CASE WHEN b.base > $3 THEN t.record END, \
+     CASE WHEN t.version > $3 THEN \
+     (SELECT array_agg(c.changes ORDER BY c.version) FROM task_changes c \
+     WHERE c.tenant = t.tenant AND c.task_id = t.id \
+     AND c.version > CASE WHEN b.base > $3 THEN t.whole_version ELSE $3 END) END \
+     FROM tasks t CROSS JOIN LATERAL (SELECT COALESCE((SELECT min(c.version) - 1 \
+     FROM task_changes c WHERE c.tenant = t.tenant AND c.task_id = t.id), t.version) AS base) b \
+     WHERE t.tenant = $1 AND t.id = $2";
 
 fn stored(
     record: Vec<u8>,
@@ -275,10 +296,11 @@ impl PostgresStore {
                 "WITH changes AS (DELETE FROM task_changes WHERE tenant = $1 AND task_id = $2 \
                  RETURNING version, changes), \
                  moved AS (DELETE FROM tasks WHERE tenant = $1 AND id = $2 \
-                 RETURNING tenant, id, record) \
+                 RETURNING tenant, id, record, whole_version) \
                  INSERT INTO quarantine (tenant, id, record, changes, reason) \
                  SELECT tenant, id, record, \
-                 (SELECT array_agg(changes ORDER BY version) FROM changes), $3 FROM moved \
+                 (SELECT array_agg(changes ORDER BY version) FROM changes \
+                 WHERE version > moved.whole_version), $3 FROM moved \
                  ON CONFLICT (tenant, id) DO UPDATE SET record = EXCLUDED.record, \
                  changes = EXCLUDED.changes, reason = EXCLUDED.reason, at = now()",
                 &[&tenant, &id, &reason],
@@ -1027,24 +1049,22 @@ impl TaskStore for PostgresStore {
         // One snapshot for the task and its events.
         let tx = snapshot(&mut client).await?;
         let (tenant, id) = (tenant.as_bytes(), task_id.as_bytes());
+        let after_version = i64::try_from(after).unwrap_or(i64::MAX);
         let Some(row) = tx
-            .query_opt(
-                &format!(
-                    "SELECT record, version, {CHANGES} FROM tasks WHERE tenant = $1 AND id = $2"
-                ),
-                &[&tenant, &id],
-            )
+            .query_opt(CATCH_UP, &[&tenant, &id, &after_version])
             .await
             .map_err(unavailable)?
         else {
             return Ok(None);
         };
-        let task = stored(row.get(0), row.get(1), row.get(2))?;
-        let rows = if task.version > after {
+        let version = row.get::<_, i64>(0) as u64;
+        let record: Option<Vec<u8>> = row.get(1);
+        let changes: Vec<Vec<u8>> = row.get::<_, Option<_>>(2).unwrap_or_default();
+        let rows = if version > after {
             tx.query(
                 "SELECT version, events FROM task_events WHERE tenant = $1 AND task_id = $2 \
                  AND version > $3 AND version <= $4 ORDER BY version",
-                &[&tenant, &id, &(after as i64), &(task.version as i64)],
+                &[&tenant, &id, &after_version, &(version as i64)],
             )
             .await
             .map_err(unavailable)?
@@ -1052,6 +1072,18 @@ impl TaskStore for PostgresStore {
             Vec::new()
         };
         tx.commit().await.map_err(unavailable)?;
+        let task = match record {
+            Some(record) => Caught::Whole(Box::new(codec::decode_with_changes(
+                &record,
+                changes.iter().map(Vec::as_slice),
+            )?)),
+            None => Caught::Changes(
+                changes
+                    .iter()
+                    .map(|bytes| codec::decode_changes(bytes))
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
         let mut complete = true;
         let mut expected = after + 1;
         let mut events = Vec::new();
@@ -1061,8 +1093,9 @@ impl TaskStore for PostgresStore {
             expected = version + 1;
             events.extend(codec::split_events(row.get(1))?);
         }
-        complete &= expected > task.version;
+        complete &= expected > version;
         Ok(Some(CatchUp {
+            version,
             task,
             events,
             complete,

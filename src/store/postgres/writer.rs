@@ -72,17 +72,26 @@ const INSERT: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_s
 /// resynchronised from a snapshot for want of them).
 /// A write committing follow-ups records the runs this replica owes them
 /// (`owed`, migration `0010_owed_runs.sql`).
-/// A whole write (`whole`) replaces the record and drops the changes after
-/// the old one; a write of changes appends them (`task_changes`, migration
-/// `0011_task_changes.sql`) and leaves the record as it is (not copied:
-/// the new row version points at the same TOASTed value).
+/// A whole write (`whole`) replaces the record (`whole_version`, migration
+/// `0012_whole_version.sql`); a write of changes appends them
+/// (`task_changes`, migration `0011_task_changes.sql`) and leaves the record
+/// as it is (not copied: the new row version points at the same TOASTed
+/// value). A whole write that logs its changes (`logged`: one of a running
+/// task) appends them too and drops only the changes at or before the
+/// previous whole write (`old`: every statement of the query sees the
+/// rows as they were before it), so that a replica following the task
+/// catches up by changes across it; any other drops them all.
 const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], \
      $4::int4[], $5::int8[], $6::int4[], $7::bytea[], $8::int8[], $9::bool[], $11::bytea[], \
-     $12::int4[], $13::bool[]) \
-     AS u(tenant, id, context_id, state, s, n, body, expected, by_run, events, owes, whole)), \
+     $12::int4[], $13::bool[], $14::bytea[]) \
+     AS u(tenant, id, context_id, state, s, n, body, expected, by_run, events, owes, whole, \
+     logged)), \
+     old AS (SELECT t.tenant, t.id, t.whole_version FROM tasks t JOIN u \
+     ON t.tenant = u.tenant AND t.id = u.id WHERE u.whole AND u.logged IS NOT NULL), \
      made AS (UPDATE tasks AS t SET context_id = u.context_id, state = u.state, \
      status_seconds = u.s, status_nanos = u.n, version = t.version + 1, \
      record = CASE WHEN u.whole THEN u.body ELSE t.record END, \
+     whole_version = CASE WHEN u.whole THEN t.version + 1 ELSE t.whole_version END, \
      changes_bytes = CASE WHEN u.whole THEN 0 ELSE t.changes_bytes + octet_length(u.body) END, \
      runner = CASE WHEN u.by_run THEN $10 ELSE t.runner END, \
      owed = CASE WHEN u.owes > 0 THEN t.owed || array_fill($10::bytea, ARRAY[u.owes]) \
@@ -93,10 +102,13 @@ const UPDATE: &str = "WITH u AS (SELECT * FROM unnest($1::bytea[], $2::bytea[], 
      SELECT made.tenant, made.id, made.version, u.events FROM made JOIN u USING (tenant, id) \
      ON CONFLICT (tenant, task_id, version) DO UPDATE SET events = EXCLUDED.events, at = now()), \
      kept AS (INSERT INTO task_changes (tenant, task_id, version, changes) \
-     SELECT made.tenant, made.id, made.version, u.body FROM made JOIN u USING (tenant, id) \
-     WHERE NOT u.whole), \
+     SELECT made.tenant, made.id, made.version, \
+     CASE WHEN u.whole THEN u.logged ELSE u.body END FROM made JOIN u USING (tenant, id) \
+     WHERE NOT u.whole OR u.logged IS NOT NULL), \
      dropped AS (DELETE FROM task_changes c USING made JOIN u USING (tenant, id) \
-     WHERE u.whole AND c.tenant = made.tenant AND c.task_id = made.id) \
+     LEFT JOIN old USING (tenant, id) \
+     WHERE u.whole AND c.tenant = made.tenant AND c.task_id = made.id \
+     AND (old.whole_version IS NULL OR c.version <= old.whole_version)) \
      SELECT tenant, id, version FROM made";
 /// The first statement of every write transaction: refuses the whole
 /// transaction if this replica was declared dead, and keeps it from being
@@ -612,6 +624,13 @@ async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure
                 &updates
                     .iter()
                     .map(|(_, t, _)| matches!(t.body, crate::store::Body::Whole(_)))
+                    .collect::<Vec<_>>(),
+                &updates
+                    .iter()
+                    .map(|(_, t, _)| match &t.body {
+                        crate::store::Body::Whole(_) => t.logged.as_deref(),
+                        crate::store::Body::Changes(_) => None,
+                    })
                     .collect::<Vec<_>>(),
             ],
         )

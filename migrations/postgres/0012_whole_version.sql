@@ -1,0 +1,13 @@
+-- A replica following a long task catches up on what each write changed,
+-- across the runner's whole writes too (issue "long-lived tasks"): a whole
+-- write of a running task keeps, beside its record, its own changes and
+-- those of the writes since the whole write before it, so that a replica
+-- holding any version from that one on reads changes, not the record. A
+-- read of the task replays only the changes after `whole_version`, the
+-- version of its last whole write (`tasks.record`); the ones at or before
+-- it are there for followers, and go with the next whole write. A terminal
+-- write keeps none.
+--
+-- Rows written before this migration: 0, every change kept is after the
+-- record (what migration 0011 wrote), so nothing to move.
+ALTER TABLE tasks ADD COLUMN whole_version BIGINT NOT NULL DEFAULT 0;
