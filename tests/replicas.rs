@@ -863,7 +863,10 @@ async fn a_long_task_followed_on_another_replica_is_caught_up_by_its_changes() {
     // whole write b fell more than a whole write behind, which it does not
     // on an idle machine (before the whole writes logged their changes:
     // 8 whole reads here, one per whole write).
-    assert!(changes >= 100, "{changes} catch-ups by changes ({whole} whole)");
+    assert!(
+        changes >= 100,
+        "{changes} catch-ups by changes ({whole} whole)"
+    );
     assert!(
         (1..=3).contains(&whole),
         "{whole} whole catch-ups against {changes} by changes"

@@ -1210,3 +1210,38 @@ async fn a_queued_follow_up_runs_though_its_client_did_not_wait() {
     on_a.follow_up_proceed.notify_one();
     following.abort();
 }
+
+/// A replica of an older release refuses a database a newer release
+/// migrated (it would not read what the newer one writes), saying what to
+/// do; the database is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_migrated_by_a_newer_release_is_refused() {
+    let Some(url) = support::postgres::fresh_schema().await else {
+        return;
+    };
+    drop(PostgresStore::open(&url).await.expect("opens"));
+    let db = admin(&url).await;
+    let known: i32 = db
+        .query_one("SELECT MAX(version) FROM a2a_schema_migrations", &[])
+        .await
+        .unwrap()
+        .get(0);
+    db.execute(
+        "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
+        &[&(known + 1)],
+    )
+    .await
+    .unwrap();
+    let refused = PostgresStore::open(&url).await;
+    let Err(e) = refused else {
+        panic!("a database at schema {} was served", known + 1);
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!(
+            "schema is at version {}, newer than this release's {known}",
+            known + 1
+        )) && text.contains("run that release"),
+        "{text}"
+    );
+}

@@ -323,7 +323,8 @@ impl PostgresStore {
 }
 
 /// Applies the migrations not yet applied, under an advisory lock held
-/// by this session for the duration.
+/// by this session for the duration; refuses a database migrated past
+/// this release's last migration.
 async fn migrate(pool: &Pool) -> Result<(), StoreError> {
     let mut client = pool.get().await.map_err(unavailable)?;
     client
@@ -344,6 +345,9 @@ async fn migrate(pool: &Pool) -> Result<(), StoreError> {
             )
             .await?;
         let applied: i32 = row.get(0);
+        if applied as usize > MIGRATIONS.len() {
+            return Ok(Some(applied));
+        }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
             let tx = client.transaction().await?;
             tx.batch_execute(sql).await?;
@@ -354,14 +358,26 @@ async fn migrate(pool: &Pool) -> Result<(), StoreError> {
             .await?;
             tx.commit().await?;
         }
-        Ok::<_, tokio_postgres::Error>(())
+        Ok::<_, tokio_postgres::Error>(None)
     }
     .await;
     let unlocked = client
         .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
         .await;
-    result.map_err(|e| StoreError::Internal(format!("migrating the schema: {e}")))?;
+    let newer = result.map_err(|e| StoreError::Internal(format!("migrating the schema: {e}")))?;
     unlocked.map_err(unavailable)?;
+    if let Some(applied) = newer {
+        // A replica of an older release must not serve a database a newer
+        // one migrated: it would not read what the newer one writes (a
+        // long task's changes, migrations 0011 and 0012, would be missed
+        // or replayed twice). See docs/replicas.md, "Upgrading".
+        return Err(StoreError::Internal(format!(
+            "the database's schema is at version {applied}, newer than this release's {}: \
+             a replica of a newer release migrated it; run that release (docs/replicas.md, \
+             \"Upgrading\")",
+            MIGRATIONS.len()
+        )));
+    }
     Ok(())
 }
 
