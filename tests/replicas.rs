@@ -712,47 +712,6 @@ fn fanout_number(event: &StreamResponse) -> Option<u32> {
     Some(text.parse().expect("a fanout update is numbered"))
 }
 
-/// How many `fanout` updates a snapshot holds: its chunks are 2, 4, ..
-/// and its agent messages (history, then status) 1, 3, .., each in order
-/// and none missing, together 1..=n. Anything else fails the test.
-fn fanout_updates_in(snapshot: &Task) -> u32 {
-    use a2a_lifecycle::proto::{Role, part::Content};
-    let chunks: Vec<u32> = snapshot
-        .artifacts
-        .iter()
-        .flat_map(|a| &a.parts)
-        .map(|p| match &p.content {
-            Some(Content::Text(t)) => t.parse().expect("a numbered chunk"),
-            other => panic!("a chunk that is not text: {other:?}"),
-        })
-        .collect();
-    let mut statuses: Vec<u32> = snapshot
-        .history
-        .iter()
-        .filter(|m| m.role == Role::Agent as i32)
-        .map(|m| a2a_lifecycle::agent::message_text(m).parse().unwrap())
-        .collect();
-    let status = status_text(snapshot);
-    if !status.is_empty() {
-        statuses.push(status.parse().expect("a numbered status"));
-    }
-    let expected_chunks: Vec<u32> = (1..=chunks.len() as u32).map(|i| 2 * i).collect();
-    let expected_statuses: Vec<u32> = (0..statuses.len() as u32).map(|i| 2 * i + 1).collect();
-    assert_eq!(chunks, expected_chunks, "the snapshot's chunks");
-    assert_eq!(
-        statuses, expected_statuses,
-        "the snapshot's status messages"
-    );
-    let n = chunks.len() + statuses.len();
-    assert!(
-        chunks.len() == statuses.len() || chunks.len() + 1 == statuses.len(),
-        "{} chunks and {} status messages are not one run of updates",
-        chunks.len(),
-        statuses.len()
-    );
-    n as u32
-}
-
 /// A long task followed on another replica (issue "long-lived tasks"):
 /// the follower catches up on each write by replaying what it changed, not
 /// by reading the task again, through the whole writes the running replica
@@ -818,7 +777,7 @@ async fn a_long_task_followed_on_another_replica_is_caught_up_by_its_changes() {
     assert_eq!(joined.len(), 4);
     for stream in joined {
         let (snapshot, events) = within("a later subscriber", stream).await.unwrap();
-        let held = fanout_updates_in(&snapshot);
+        let held = support::fanout_updates_in(&snapshot);
         let after: Vec<u32> = events.iter().filter_map(fanout_number).collect();
         let expected: Vec<u32> = (held + 1..=UPDATES).collect();
         assert_eq!(after, expected, "the updates after a snapshot of {held}");
@@ -827,7 +786,7 @@ async fn a_long_task_followed_on_another_replica_is_caught_up_by_its_changes() {
     let on_a = support::get_task(&mut a.grpc, "", &task.id).await.unwrap();
     let on_b = support::get_task(&mut b.grpc, "", &task.id).await.unwrap();
     assert_eq!(on_b, on_a, "the task on b and on a");
-    assert_eq!(fanout_updates_in(&on_b), UPDATES);
+    assert_eq!(support::fanout_updates_in(&on_b), UPDATES);
     // How b caught up: its log up to a marker message's run.
     let marker = support::user_message("marker");
     within(

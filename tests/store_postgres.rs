@@ -1245,3 +1245,145 @@ async fn a_database_migrated_by_a_newer_release_is_refused() {
         "{text}"
     );
 }
+
+/// The database the release before migration 0012 wrote
+/// (`tests/fixtures/postgres-schema-11.sql`: `serve` at a628e08 with the
+/// demo agents, the four messages of the schema-10 fixture, and a bench
+/// fan-out of 400 updates 10 ms apart killed with SIGKILL mid-run,
+/// its task events trimmed as after five minutes). The fan-out is left
+/// WORKING at version 220: its record from a whole write at 213, and the
+/// seven writes of changes after it. It migrates in place to schema 12,
+/// reads as that release read it (the record and every change kept), and
+/// a replica following it catches up by changes from any of those
+/// versions, across this release's whole writes too (issue "long-lived
+/// tasks").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_the_release_before_whole_versions_is_followed_by_changes() {
+    use a2a_lifecycle::lifecycle::{Changes, StatusUpdate, TaskEvent, TransitionPolicy};
+    use a2a_lifecycle::store::{Body, Caught, EncodedTask, codec};
+
+    let Some(url) = support::postgres::database().await else {
+        return;
+    };
+    let schema = format!("s_{}", uuid::Uuid::new_v4().simple());
+    let dump = include_str!("fixtures/postgres-schema-11.sql").replace("a2a_fixture_v11", &schema);
+    let admin = admin(&url).await;
+    admin.batch_execute(&dump).await.expect("the dump loads");
+    // The fan-out as stored, read raw: its record and each change after.
+    let rows = admin
+        .query(
+            &format!(
+                "SELECT t.id, t.version, t.record, c.version, c.changes FROM {schema}.tasks t \
+                 JOIN {schema}.task_changes c ON c.tenant = t.tenant AND c.task_id = t.id \
+                 ORDER BY c.version"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 7, "the fixture's writes of changes");
+    let id: Vec<u8> = rows[0].get(0);
+    let id = String::from_utf8(id).unwrap();
+    let version = rows[0].get::<_, i64>(1) as u64;
+    assert_eq!(version, 220);
+    let mut record = codec::decode(rows[0].get::<_, &[u8]>(2)).unwrap();
+    let mut versions = vec![(213u64, record.clone())];
+    for row in &rows {
+        record
+            .replay_all(codec::decode_changes(row.get::<_, &[u8]>(4)).unwrap())
+            .unwrap();
+        versions.push((row.get::<_, i64>(3) as u64, record.clone()));
+    }
+    assert_eq!(versions.last().unwrap().0, 220);
+
+    let store_url = format!("{url}?options=-csearch_path%3D{schema}");
+    let store = PostgresStore::open(&store_url).await.expect("opens");
+    let other = PostgresStore::open(&store_url)
+        .await
+        .expect("a second replica");
+    let read = store.get("bench", &id).await.unwrap().unwrap();
+    assert_eq!((&read.record, read.version), (&record, 220));
+    let updates = support::fanout_updates_in(&read.record.task);
+    assert!(updates > 200, "{updates} updates in the fan-out");
+    let catch_up_from = |after: u64, held: a2a_lifecycle::lifecycle::TaskRecord| {
+        let (other, id) = (&other, &id);
+        async move {
+            let up = other
+                .catch_up("bench", id, after)
+                .await
+                .unwrap()
+                .expect("the task");
+            match up.task {
+                Caught::Changes(writes) => {
+                    assert_eq!(writes.len() as u64, up.version - after, "from {after}");
+                    let mut caught = held;
+                    for changes in writes {
+                        caught.replay_all(changes).unwrap();
+                    }
+                    Some(caught)
+                }
+                Caught::Whole(_) => None,
+            }
+        }
+    };
+    for (after, held) in &versions {
+        let caught = catch_up_from(*after, held.clone()).await;
+        assert_eq!(caught.as_ref(), Some(&record), "caught up from {after}");
+    }
+    // This release's writes: whole (logging its changes), changes, whole.
+    let (mut version, mut current) = (220u64, record);
+    for (n, whole) in [(1, true), (2, false), (3, true)] {
+        let mut log = Vec::new();
+        current
+            .apply_logged(
+                TaskEvent::Status(StatusUpdate {
+                    state: a2a_lifecycle::proto::TaskState::Working,
+                    message: Some(a2a_lifecycle::proto::Message {
+                        role: a2a_lifecycle::proto::Role::Agent as i32,
+                        ..support::user_message(&format!("step {n}"))
+                    }),
+                    metadata: None,
+                }),
+                a2a_lifecycle::runtime::now(),
+                TransitionPolicy::Permissive,
+                &mut log,
+            )
+            .unwrap();
+        let changes: Arc<[u8]> = prost::Message::encode_to_vec(&Changes::new(log)).into();
+        let mut write = EncodedTask::of(
+            &current,
+            if whole {
+                Body::Whole(codec::encode(&current).into())
+            } else {
+                Body::Changes(changes.clone())
+            },
+        );
+        if whole {
+            write.logged = Some(changes);
+        }
+        version = store
+            .update_encoded("bench", &write, version)
+            .await
+            .unwrap();
+        for reader in [&store, &other] {
+            let read = reader.get("bench", &id).await.unwrap().unwrap();
+            assert_eq!(
+                (&read.record, read.version),
+                (&current, version),
+                "step {n}"
+            );
+        }
+        versions.push((version, current.clone()));
+        // The first whole write keeps every change before it (the record
+        // it replaces is the old release's, at version 0 as far as the
+        // new column knows); the second drops those up to the first.
+        for (after, held) in &versions {
+            let caught = catch_up_from(*after, held.clone()).await;
+            if n == 3 && *after < 221 {
+                assert_eq!(caught, None, "from {after}, after the second whole write");
+            } else {
+                assert_eq!(caught.as_ref(), Some(&current), "from {after}, step {n}");
+            }
+        }
+    }
+}

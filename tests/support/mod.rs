@@ -765,3 +765,44 @@ pub async fn posted_until(
         }
     }
 }
+
+/// How many `fanout` updates a snapshot holds: its chunks are 2, 4, ..
+/// and its agent messages (history, then status) 1, 3, .., each in order
+/// and none missing, together 1..=n. Anything else fails the test.
+pub fn fanout_updates_in(snapshot: &Task) -> u32 {
+    use a2a_lifecycle::proto::{Role, part::Content};
+    let chunks: Vec<u32> = snapshot
+        .artifacts
+        .iter()
+        .flat_map(|a| &a.parts)
+        .map(|p| match &p.content {
+            Some(Content::Text(t)) => t.parse().expect("a numbered chunk"),
+            other => panic!("a chunk that is not text: {other:?}"),
+        })
+        .collect();
+    let mut statuses: Vec<u32> = snapshot
+        .history
+        .iter()
+        .filter(|m| m.role == Role::Agent as i32)
+        .map(|m| a2a_lifecycle::agent::message_text(m).parse().unwrap())
+        .collect();
+    let status = status_text(snapshot);
+    if !status.is_empty() {
+        statuses.push(status.parse().expect("a numbered status"));
+    }
+    let expected_chunks: Vec<u32> = (1..=chunks.len() as u32).map(|i| 2 * i).collect();
+    let expected_statuses: Vec<u32> = (0..statuses.len() as u32).map(|i| 2 * i + 1).collect();
+    assert_eq!(chunks, expected_chunks, "the snapshot's chunks");
+    assert_eq!(
+        statuses, expected_statuses,
+        "the snapshot's status messages"
+    );
+    let n = chunks.len() + statuses.len();
+    assert!(
+        chunks.len() == statuses.len() || chunks.len() + 1 == statuses.len(),
+        "{} chunks and {} status messages are not one run of updates",
+        chunks.len(),
+        statuses.len()
+    );
+    n as u32
+}
