@@ -384,11 +384,11 @@ pub enum Caught {
     Whole(Box<TaskRecord>),
     /// What each write after the version asked for changed, in version
     /// order: replayed ([`TaskRecord::replay_all`]) on the task as it was
-    /// at that version, they give it as it is now. A store that keeps
-    /// changes answers so while it still has every write's since then (it
-    /// keeps them back to the task's last whole record), so that a replica
-    /// following a long task reads what each write changed, not the task
-    /// again (issue "long-lived tasks").
+    /// at that version, they give it as it is now. A store shared by
+    /// replicas answers so while it still has every write's since then
+    /// (PostgreSQL keeps them back to the whole write before the task's
+    /// last), so that a replica following a long task reads what each
+    /// write changed, not the task again (issue "long-lived tasks").
     Changes(Vec<crate::lifecycle::Changes>),
 }
 
