@@ -147,14 +147,26 @@ pub async fn client(ctx: Arc<Ctx>, n: usize, seed: u64) {
 }
 
 /// A bench task: WORKING, a wait, K numbered updates, COMPLETED; maybe
-/// subscribers, maybe a cancel.
+/// subscribers, maybe a cancel. One in ten is long: hundreds of updates a
+/// few milliseconds apart, tens of KB of changes, so that the runner's
+/// whole writes of a running task (issue "long-lived tasks") happen
+/// mid-run, with subscribers on other replicas catching up across them.
 async fn fanout(ctx: &Arc<Ctx>, rng: &mut fastrand::Rng, id: &str) {
-    let text = format!(
-        "fanout:{}:{}:{}",
-        rng.u32(4..=24),
-        rng.u32(100..=1500),
-        rng.u32(30..=200) * 1000
-    );
+    let text = if rng.u8(..10) == 0 {
+        format!(
+            "fanout:{}:{}:{}",
+            rng.u32(200..=400),
+            rng.u32(100..=1500),
+            rng.u32(1..=4) * 1000
+        )
+    } else {
+        format!(
+            "fanout:{}:{}:{}",
+            rng.u32(4..=24),
+            rng.u32(100..=1500),
+            rng.u32(30..=200) * 1000
+        )
+    };
     let push = rng.u8(..10) < 7;
     let message = user_message(format!("{id}-fanout"), &text, None);
     let mode = Mode::pick(rng);
