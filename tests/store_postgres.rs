@@ -1059,11 +1059,65 @@ async fn a_follow_up_queued_across_a_rejoin_runs_once_and_is_owed_no_more() {
     following.abort();
 }
 
+/// Loads `dump`, a `pg_dump` of a schema named `placeholder`, into a fresh
+/// schema of the database at `url`: that schema, an admin connection, and
+/// the URL a store opens it with.
+async fn load_dump(
+    url: &str,
+    dump: &str,
+    placeholder: &str,
+) -> (String, tokio_postgres::Client, String) {
+    let schema = format!("s_{}", uuid::Uuid::new_v4().simple());
+    let admin = admin(url).await;
+    admin
+        .batch_execute(&dump.replace(placeholder, &schema))
+        .await
+        .expect("the dump loads");
+    let store_url = format!("{url}?options=-csearch_path%3D{schema}");
+    (schema, admin, store_url)
+}
+
+/// Applies a WORKING status with an agent message `text` to `record`, and
+/// makes the write of it as this release does: whole (logging its changes,
+/// as for a running task on a store shared by replicas) or its changes.
+fn status_write(
+    record: &mut a2a_lifecycle::lifecycle::TaskRecord,
+    text: &str,
+    whole: bool,
+) -> a2a_lifecycle::store::EncodedTask {
+    use a2a_lifecycle::lifecycle::{Changes, StatusUpdate, TaskEvent, TransitionPolicy};
+    use a2a_lifecycle::store::{Body, EncodedTask, codec};
+    let mut log = Vec::new();
+    record
+        .apply_logged(
+            TaskEvent::Status(StatusUpdate {
+                state: a2a_lifecycle::proto::TaskState::Working,
+                message: Some(a2a_lifecycle::proto::Message {
+                    role: a2a_lifecycle::proto::Role::Agent as i32,
+                    ..support::user_message(text)
+                }),
+                metadata: None,
+            }),
+            a2a_lifecycle::runtime::now(),
+            TransitionPolicy::Permissive,
+            &mut log,
+        )
+        .unwrap();
+    let changes: Arc<[u8]> = prost::Message::encode_to_vec(&Changes::new(log)).into();
+    if whole {
+        let mut write = EncodedTask::of(record, Body::Whole(codec::encode(record).into()));
+        write.logged = Some(changes);
+        write
+    } else {
+        EncodedTask::of(record, Body::Changes(changes))
+    }
+}
+
 /// A database written by the release before long tasks (schema 10:
 /// `tests/fixtures/postgres-schema-10.sql`, a `pg_dump` of the schema that
 /// `serve` at ea82b54 wrote with the demo agents: a completed test run, a
 /// code review waiting for input, a bench fan-out of 20 updates, a rejected
-/// deploy) migrates in place to schema 11 and reads every task as it was;
+/// deploy) migrates in place to schema 12 and reads every task as it was;
 /// its waiting task then takes writes of changes (issue "long-lived
 /// tasks"), read back whole, also by a second replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1071,11 +1125,12 @@ async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes(
     let Some(url) = support::postgres::database().await else {
         return;
     };
-    let schema = format!("s_{}", uuid::Uuid::new_v4().simple());
-    let dump = include_str!("fixtures/postgres-schema-10.sql").replace("a2a_fixture_v10", &schema);
-    let admin = admin(&url).await;
-    admin.batch_execute(&dump).await.expect("the dump loads");
-    let store_url = format!("{url}?options=-csearch_path%3D{schema}");
+    let (schema, admin, store_url) = load_dump(
+        &url,
+        include_str!("fixtures/postgres-schema-10.sql"),
+        "a2a_fixture_v10",
+    )
+    .await;
     let store = PostgresStore::open(&store_url).await.expect("opens");
     let (waiting_id, record, version) = support::previous_release::check_and_continue(&store).await;
     let other = PostgresStore::open(&store_url)
@@ -1110,39 +1165,7 @@ async fn a_database_of_the_previous_release_migrates_in_place_and_takes_changes(
     let mut versions = vec![(version, record.clone())];
     let (mut record, mut version) = (record, version);
     for (n, whole) in [(1, true), (2, false)] {
-        let mut log = Vec::new();
-        record
-            .apply_logged(
-                a2a_lifecycle::lifecycle::TaskEvent::Status(
-                    a2a_lifecycle::lifecycle::StatusUpdate {
-                        state: a2a_lifecycle::proto::TaskState::Working,
-                        message: Some(a2a_lifecycle::proto::Message {
-                            role: a2a_lifecycle::proto::Role::Agent as i32,
-                            ..support::user_message(&format!("step {n}"))
-                        }),
-                        metadata: None,
-                    },
-                ),
-                a2a_lifecycle::runtime::now(),
-                a2a_lifecycle::lifecycle::TransitionPolicy::Permissive,
-                &mut log,
-            )
-            .unwrap();
-        let changes: Arc<[u8]> =
-            prost::Message::encode_to_vec(&a2a_lifecycle::lifecycle::Changes::new(log)).into();
-        let mut write = a2a_lifecycle::store::EncodedTask::of(
-            &record,
-            if whole {
-                a2a_lifecycle::store::Body::Whole(
-                    a2a_lifecycle::store::codec::encode(&record).into(),
-                )
-            } else {
-                a2a_lifecycle::store::Body::Changes(changes.clone())
-            },
-        );
-        if whole {
-            write.logged = Some(changes);
-        }
+        let write = status_write(&mut record, &format!("step {n}"), whole);
         version = store
             .update_encoded("code-reviewer", &write, version)
             .await
@@ -1259,16 +1282,17 @@ async fn a_database_migrated_by_a_newer_release_is_refused() {
 /// tasks").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_of_the_release_before_whole_versions_is_followed_by_changes() {
-    use a2a_lifecycle::lifecycle::{Changes, StatusUpdate, TaskEvent, TransitionPolicy};
-    use a2a_lifecycle::store::{Body, Caught, EncodedTask, codec};
+    use a2a_lifecycle::store::{Caught, codec};
 
     let Some(url) = support::postgres::database().await else {
         return;
     };
-    let schema = format!("s_{}", uuid::Uuid::new_v4().simple());
-    let dump = include_str!("fixtures/postgres-schema-11.sql").replace("a2a_fixture_v11", &schema);
-    let admin = admin(&url).await;
-    admin.batch_execute(&dump).await.expect("the dump loads");
+    let (schema, admin, store_url) = load_dump(
+        &url,
+        include_str!("fixtures/postgres-schema-11.sql"),
+        "a2a_fixture_v11",
+    )
+    .await;
     // The fan-out as stored, read raw: its record and each change after.
     let rows = admin
         .query(
@@ -1296,7 +1320,6 @@ async fn a_database_of_the_release_before_whole_versions_is_followed_by_changes(
     }
     assert_eq!(versions.last().unwrap().0, 220);
 
-    let store_url = format!("{url}?options=-csearch_path%3D{schema}");
     let store = PostgresStore::open(&store_url).await.expect("opens");
     let other = PostgresStore::open(&store_url)
         .await
@@ -1333,34 +1356,7 @@ async fn a_database_of_the_release_before_whole_versions_is_followed_by_changes(
     // This release's writes: whole (logging its changes), changes, whole.
     let (mut version, mut current) = (220u64, record);
     for (n, whole) in [(1, true), (2, false), (3, true)] {
-        let mut log = Vec::new();
-        current
-            .apply_logged(
-                TaskEvent::Status(StatusUpdate {
-                    state: a2a_lifecycle::proto::TaskState::Working,
-                    message: Some(a2a_lifecycle::proto::Message {
-                        role: a2a_lifecycle::proto::Role::Agent as i32,
-                        ..support::user_message(&format!("step {n}"))
-                    }),
-                    metadata: None,
-                }),
-                a2a_lifecycle::runtime::now(),
-                TransitionPolicy::Permissive,
-                &mut log,
-            )
-            .unwrap();
-        let changes: Arc<[u8]> = prost::Message::encode_to_vec(&Changes::new(log)).into();
-        let mut write = EncodedTask::of(
-            &current,
-            if whole {
-                Body::Whole(codec::encode(&current).into())
-            } else {
-                Body::Changes(changes.clone())
-            },
-        );
-        if whole {
-            write.logged = Some(changes);
-        }
+        let write = status_write(&mut current, &format!("step {n}"), whole);
         version = store
             .update_encoded("bench", &write, version)
             .await
