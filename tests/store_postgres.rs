@@ -1383,3 +1383,81 @@ async fn a_database_of_the_release_before_whole_versions_is_followed_by_changes(
         }
     }
 }
+
+/// A follow-up on a replica whose copy of the task is stale (another
+/// replica finished the task meanwhile, and nothing here followed it):
+/// the write meets the conflict, the message no longer applies to the
+/// task as stored, and it is refused as if it had come after. The dropped
+/// message must leave this replica's copy too: the fault harness met a
+/// replica that kept it there and answered the message (and its retry) as
+/// already taken, with the task as it was before it ended (seed
+/// 3538546132, check 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_refused_after_a_conflict_leaves_no_trace_on_its_replica() {
+    use a2a_lifecycle::proto::TaskState;
+    use a2a_lifecycle::runtime::{MessageRequest, SendOutcome};
+    let Some((a, b)) = two_replicas().await else {
+        return;
+    };
+    let (on_a, on_b) = (
+        Arc::new(AsksThenCounts::default()),
+        Arc::new(AsksThenCounts::default()),
+    );
+    let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
+    let anonymous = a2a_lifecycle::store::Caller::ANONYMOUS;
+    on_a.proceed.notify_one();
+    let first = support::user_message("deploy");
+    let task = support::run_to_rest(&a, "", &anonymous, MessageRequest::from(first.clone())).await;
+    assert_eq!(support::state_of(&task), TaskState::InputRequired);
+    // The task held on A (a repeat of its first message: the task as it
+    // is), and not followed there.
+    let held = send_non_blocking(&a, first).await;
+    assert_eq!(support::state_of(&held.snapshot), TaskState::InputRequired);
+    let mut go = support::user_message("go");
+    go.task_id = task.id.clone();
+    let done = support::run_to_rest(&b, "", &anonymous, MessageRequest::from(go)).await;
+    assert_eq!(support::state_of(&done), TaskState::Completed);
+    let mut late = support::user_message("staging");
+    late.message_id = "m-late".into();
+    late.task_id = task.id.clone();
+    for attempt in ["the follow-up", "its retry"] {
+        let answer = support::within(
+            attempt,
+            a.send_message(
+                "",
+                &anonymous,
+                MessageRequest::from(late.clone()),
+                a2a_lifecycle::lifecycle::HistoryLength::All,
+                false,
+            ),
+        )
+        .await;
+        match answer {
+            Err(e) => assert!(
+                !matches!(e, a2a_lifecycle::error::A2aError::Unavailable(_)),
+                "{attempt}: {e}"
+            ),
+            Ok(SendOutcome::Task(handle)) => panic!(
+                "{attempt} was taken, the task {:?} with {} messages",
+                support::state_of(&handle.snapshot),
+                handle.snapshot.history.len()
+            ),
+            Ok(_) => panic!("{attempt}: answered with a message"),
+        }
+    }
+    let stored = a
+        .get_task(
+            "",
+            &anonymous,
+            &task.id,
+            a2a_lifecycle::lifecycle::HistoryLength::All,
+        )
+        .await
+        .unwrap();
+    assert_eq!(support::state_of(&stored), TaskState::Completed);
+    assert!(
+        stored.history.iter().all(|m| m.message_id != "m-late"),
+        "the refused message is in the task's history"
+    );
+    drop(held);
+}

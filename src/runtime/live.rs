@@ -918,7 +918,11 @@ impl LiveTask {
                 // Another writer moved the task: rebase what is pending on
                 // the stored copy, or drop it all if it no longer applies.
                 if let Err(e) = self.rebase(shared, loaded).await {
+                    let restorable = loaded.committed.is_some();
                     self.drop_pending(shared, loaded, e);
+                    // Nothing to restore the working copy from: forgotten,
+                    // read again at its next use.
+                    return restorable;
                 }
                 true
             }
@@ -1237,6 +1241,17 @@ impl LiveTask {
         }
         if agent_lost {
             loaded.failure = Some(e);
+        }
+        // The working copy held the dropped events: it is the committed
+        // copy again (the task as stored at `version`), so that nothing
+        // here answers from or builds on events never recorded (the fault
+        // harness met a retried follow-up answered as already taken, from
+        // a copy that held it after its write was dropped). Without a
+        // committed copy (it could not be kept in step) the caller reads
+        // the store again or forgets the task.
+        if let Some(committed) = loaded.committed.take() {
+            let version = loaded.version;
+            loaded.reload(committed, version);
         }
         self.progress.send_modify(|p| p.write_failures += 1);
         // The queue may now start (its head was dropped, or a terminal
