@@ -2048,14 +2048,7 @@ async fn long_rows(
             figures.last().ok_or("no task length")?,
         );
         let (bare, ours, unit) = match (first.bytes_per_write, last.bytes_per_write) {
-            (Some(a), Some(b)) => (
-                a,
-                b,
-                match store {
-                    long::Store::PostgresFollower => "bytes read/write",
-                    _ => "bytes/write",
-                },
-            ),
+            (Some(a), Some(b)) => (a, b, store.bytes_unit()),
             _ => (
                 first.cpu_us_per_write,
                 last.cpu_us_per_write,

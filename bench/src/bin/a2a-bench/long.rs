@@ -76,11 +76,11 @@ impl Store {
         }
     }
 
-    /// What its bytes figure counts.
-    pub fn bytes_are(self) -> &'static str {
+    /// The unit of its bytes figure.
+    pub fn bytes_unit(self) -> &'static str {
         match self {
-            Store::PostgresFollower => "bytes read",
-            _ => "bytes written",
+            Store::PostgresFollower => "bytes read/write",
+            _ => "bytes/write",
         }
     }
 }
@@ -372,12 +372,12 @@ pub async fn measure(
             elapsed,
         };
         eprintln!(
-            "long tasks, {}: K={updates} x{tasks}: {} {}/write, {:.1} µs CPU/write ({:.1?})",
+            "long tasks, {}: K={updates} x{tasks}: {} {}, {:.1} µs CPU/write ({:.1?})",
             store.name(),
             length
                 .bytes_per_write
                 .map_or("-".to_string(), |b| format!("{b:.0}")),
-            store.bytes_are(),
+            store.bytes_unit(),
             length.cpu_us_per_write,
             length.elapsed
         );
