@@ -327,6 +327,11 @@ enum Command {
         target: Target,
         #[arg(long)]
         history_length: Option<i32>,
+        /// Include the task's transition log (state, time, status message,
+        /// cause) in its metadata: the server's transition-log extension,
+        /// activated for this call.
+        #[arg(long)]
+        transitions: bool,
         id: String,
     },
     /// List tasks.
@@ -780,11 +785,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         Command::Get {
             target,
             history_length,
+            transitions,
             id,
         } => {
-            let task = target
-                .client()
-                .await?
+            let mut client = target.client().await?;
+            if transitions {
+                client = client.with_extension(a2a_lifecycle::lifecycle::TRANSITIONS_EXTENSION);
+            }
+            let task = client
                 .get_task(GetTaskRequest {
                     tenant: target.tenant.clone(),
                     id,

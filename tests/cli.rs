@@ -565,3 +565,46 @@ fn a_closed_pipe_ends_the_command_quietly() {
     assert!(stderr.trim().is_empty(), "{stderr}");
     assert!(status.success(), "{status:?}: {stderr}");
 }
+
+/// `get --transitions`: the task's transition log (issue "console"),
+/// through the server's extension, on each binding; plain `get` shows the
+/// task without it.
+#[test]
+fn get_transitions_shows_the_log_on_every_binding() {
+    let (child, server) = start_server();
+    let _child = KillOnDrop(child);
+    let sent: Value = serde_json::from_str(&client(
+        &server,
+        &["send", "--tenant", "deployer", "deploy to staging"],
+    ))
+    .unwrap();
+    let id = sent["task"]["id"].as_str().expect("a task").to_owned();
+    let uri = a2a_lifecycle::lifecycle::TRANSITIONS_EXTENSION;
+    for binding in ["grpc", "jsonrpc", "http-json"] {
+        let plain: Value = serde_json::from_str(&client(
+            &server,
+            &["get", "--binding", binding, "--tenant", "deployer", &id],
+        ))
+        .unwrap();
+        assert!(plain["metadata"][uri].is_null(), "{binding}: {plain}");
+        let task: Value = serde_json::from_str(&client(
+            &server,
+            &[
+                "get",
+                "--transitions",
+                "--binding",
+                binding,
+                "--tenant",
+                "deployer",
+                &id,
+            ],
+        ))
+        .unwrap();
+        let log = support::transition_log(&task);
+        assert_eq!(
+            log[..2],
+            ["SUBMITTED client", "AUTH_REQUIRED agent"],
+            "{binding}"
+        );
+    }
+}

@@ -131,6 +131,12 @@ async fn every_task_survives_sigkill_and_active_ones_fail_on_restart() {
     let after = get_task(&mut client, "", &working.id).await.unwrap();
     assert_eq!(state_of(&after), TaskState::Failed);
     assert_eq!(status_text(&after), RESTART_FAILURE);
+    let (_, log) = transitions(&mut client, "", &working.id).await;
+    assert_eq!(
+        log,
+        ["SUBMITTED client", "WORKING agent", "FAILED orphan-sweep"],
+        "the transition log names the sweep"
+    );
     // It kept reporting progress until the kill: what was acknowledged
     // before is a prefix of what survived, plus the last progress message
     // moved into history by the FAILED status.

@@ -55,4 +55,5 @@ mod subscriptions;
 mod task_size;
 mod telemetry;
 mod tls;
+mod transitions;
 mod v0_3;

@@ -100,6 +100,7 @@ async fn a_task_whose_changes_do_not_decode_is_set_aside_with_them() {
         }),
         a2a_lifecycle::runtime::now(),
         TransitionPolicy::Permissive,
+        a2a_lifecycle::lifecycle::Cause::Agent,
         &mut log,
     )
     .unwrap();

@@ -234,6 +234,12 @@ async fn a_killed_replicas_task_is_failed_by_a_survivor_after_its_lease() {
     })
     .await;
     assert_eq!(status_text(&failed), RESTART_FAILURE);
+    // The log a wrote, and b's takeover after it.
+    let (_, log) = support::transitions(&mut b.grpc, "", &task.id).await;
+    assert_eq!(
+        log,
+        ["SUBMITTED client", "WORKING agent", "FAILED takeover"]
+    );
 }
 
 /// Reads `stream` to its end: every event after the first (the snapshot).

@@ -207,6 +207,15 @@ async fn concurrent_messages_to_one_task_run_one_at_a_time() {
         .filter(|m| a2a_lifecycle::agent::message_text(m).starts_with("turn "))
         .count();
     assert_eq!(user_turns, 20);
+    // The transition log (issue "console"): every committed change of
+    // state once, in order: the first run's question, then each
+    // follow-up's run resuming the task and asking again.
+    let (_, log) = transitions(&mut client, "", &task.id).await;
+    let mut expected = vec!["SUBMITTED client", "INPUT_REQUIRED agent"];
+    for _ in 0..20 {
+        expected.extend(["WORKING follow-up", "INPUT_REQUIRED agent"]);
+    }
+    assert_eq!(log, expected);
     server.stop().await;
 }
 
@@ -250,6 +259,13 @@ async fn hundreds_of_concurrent_tasks_complete() {
         .into_inner();
     assert_eq!(page.total_size, 300);
     assert_eq!(page.tasks.len(), 100);
+    for task in &page.tasks {
+        let (_, log) = transitions(&mut c, "", &task.id).await;
+        assert_eq!(
+            log,
+            ["SUBMITTED client", "WORKING agent", "COMPLETED agent"]
+        );
+    }
     assert!(!page.next_page_token.is_empty());
     // Runs end asynchronously just after the final event; wait on that.
     let deadline = tokio::time::Instant::now() + WAIT;

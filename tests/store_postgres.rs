@@ -629,6 +629,7 @@ async fn a_commit_whose_acknowledgement_is_lost_is_read_back() {
         }),
         a2a_lifecycle::runtime::now(),
         a2a_lifecycle::lifecycle::TransitionPolicy::Permissive,
+        a2a_lifecycle::lifecycle::Cause::Agent,
         &mut log,
     )
     .unwrap();
@@ -1100,6 +1101,7 @@ fn status_write(
             }),
             a2a_lifecycle::runtime::now(),
             TransitionPolicy::Permissive,
+            a2a_lifecycle::lifecycle::Cause::Agent,
             &mut log,
         )
         .unwrap();

@@ -45,6 +45,8 @@ pub struct Client {
     grpc: Grpc,
     channel: Channel,
     authorization: Option<http::HeaderValue>,
+    /// `A2A-Extensions` for every call (spec §4.6), when set.
+    extensions: Option<&'static str>,
     next_id: u64,
 }
 
@@ -63,8 +65,28 @@ impl Client {
             grpc: A2aServiceClient::with_interceptor(channel.clone(), crate::Bearer(bearer)),
             channel,
             authorization,
+            extensions: None,
             next_id: 1,
         })
+    }
+
+    /// Activates the extension `uri` on every call from now on (the
+    /// `A2A-Extensions` service parameter, spec §4.6).
+    pub fn with_extension(mut self, uri: &'static str) -> Self {
+        self.extensions = Some(uri);
+        self
+    }
+
+    /// `message` as a gRPC request carrying the client's extensions.
+    fn grpc_request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(uri) = self.extensions {
+            request.metadata_mut().insert(
+                a2a_lifecycle::discovery::EXTENSIONS_METADATA,
+                tonic::metadata::MetadataValue::from_static(uri),
+            );
+        }
+        request
     }
 
     pub async fn send_message(
@@ -99,7 +121,10 @@ impl Client {
 
     pub async fn get_task(&mut self, req: GetTaskRequest) -> Result<Task, CallError> {
         match self.binding {
-            Binding::Grpc => Ok(self.grpc.get_task(req).await?.into_inner()),
+            Binding::Grpc => {
+                let request = self.grpc_request(req);
+                Ok(self.grpc.get_task(request).await?.into_inner())
+            }
             Binding::JsonRpc => self.rpc("GetTask", &req).await,
             Binding::HttpJson => {
                 let mut query = Query::default();
@@ -273,6 +298,9 @@ impl Client {
             builder = builder.header(header::AUTHORIZATION, value.clone());
         }
         builder = builder.header(a2a_lifecycle::discovery::VERSION_METADATA, "1.0");
+        if let Some(uri) = self.extensions {
+            builder = builder.header(a2a_lifecycle::discovery::EXTENSIONS_METADATA, uri);
+        }
         if accept_events {
             builder = builder.header(header::ACCEPT, "text/event-stream");
         }

@@ -59,6 +59,7 @@ pub(super) fn complete(
             ));
         }
     }
+    super::declare_server_extensions(capabilities);
     let push = public
         .capabilities
         .as_ref()

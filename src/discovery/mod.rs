@@ -69,6 +69,20 @@ pub struct ServiceParameters {
 }
 
 impl ServiceParameters {
+    /// Whether the call activates the extension `uri` (spec §4.6: named in
+    /// `A2A-Extensions`).
+    pub fn activates(&self, uri: &str) -> bool {
+        self.extensions.iter().any(|u| u == uri)
+    }
+
+    /// The extensions this server supports that the call activated, for
+    /// the response's `A2A-Extensions` (spec "Extension Activation": the
+    /// response lists them); `None` when there are none.
+    pub fn activated(&self) -> Option<&'static str> {
+        self.activates(crate::lifecycle::TRANSITIONS_EXTENSION)
+            .then_some(crate::lifecycle::TRANSITIONS_EXTENSION)
+    }
+
     pub fn from_headers(headers: &http::HeaderMap) -> Self {
         ServiceParameters {
             version: headers
@@ -120,6 +134,25 @@ pub struct DiscoveryConfig {
     /// Protocol 0.3 is not served (`--no-v0-3`): the cards carry no 0.3
     /// fields.
     pub no_v0_3: bool,
+}
+
+/// Declares the extensions the server itself offers on every agent's
+/// card (spec §4.6: `capabilities.extensions`), whatever the agent's
+/// card said: the transition log ([`crate::lifecycle::TRANSITIONS_EXTENSION`]).
+/// Not required: a client that does not activate it sees tasks unchanged.
+pub(crate) fn declare_server_extensions(capabilities: &mut crate::proto::AgentCapabilities) {
+    let uri = crate::lifecycle::TRANSITIONS_EXTENSION;
+    if capabilities.extensions.iter().any(|e| e.uri == uri) {
+        return;
+    }
+    capabilities.extensions.push(crate::proto::AgentExtension {
+        uri: uri.to_owned(),
+        description: "The task's transition log (state, timestamp, status message id, cause) \
+            in GetTask's task.metadata under this URI, when a call names it in A2A-Extensions."
+            .to_owned(),
+        required: false,
+        params: None,
+    });
 }
 
 /// What the cards declare of the server's authentication.
@@ -354,6 +387,7 @@ impl Cards {
             // What the server offers, whatever the agent said: with push
             // off, the RPCs answer PUSH_NOTIFICATION_NOT_SUPPORTED.
             capabilities.push_notifications = Some(config.push);
+            declare_server_extensions(capabilities);
             let mut extended = match &config.extended_card {
                 Some(file) if tenant.is_empty() => {
                     capabilities.extended_agent_card = Some(true);

@@ -22,6 +22,7 @@ use crate::wkt::{Struct, Timestamp};
 
 use super::change::{Change, HistoryIds, PushConfigList};
 use super::transition::{TransitionError, TransitionPolicy};
+use super::transitions::{Cause, Transition, push_transition};
 use crate::proto::{
     Artifact, Message, Role, StreamResponse, Task, TaskArtifactUpdateEvent,
     TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent,
@@ -136,6 +137,8 @@ pub struct TaskRecord {
     /// caller sent one or spans are exported; its webhooks carry it, so a
     /// notification joins the trace of the run behind it. "" for none.
     pub trace: String,
+    /// The task's transition log, oldest first ([`super::transitions`]).
+    pub transitions: Vec<Transition>,
     /// The history's message ids, for the repeated-message check (a
     /// cache, see [`HistoryIds`]).
     pub(crate) history_ids: HistoryIds,
@@ -154,6 +157,12 @@ impl TaskRecord {
         let mut message = first_message;
         message.task_id = task_id.clone();
         message.context_id = context_id.clone();
+        let created = Transition::new(
+            TaskState::Submitted,
+            now,
+            &message.message_id,
+            Cause::Client,
+        );
         TaskRecord {
             task: Task {
                 id: task_id,
@@ -172,6 +181,7 @@ impl TaskRecord {
             push_configs: Vec::new(),
             v0_3_push_configs: Vec::new(),
             trace: String::new(),
+            transitions: vec![created],
             history_ids: HistoryIds::default(),
         }
     }
@@ -229,27 +239,33 @@ impl TaskRecord {
             .unwrap_or(TaskState::Unspecified)
     }
 
-    /// Applies one event at time `now`. On success returns the stream event
-    /// to broadcast (none for a user message, which is not a stream event in
-    /// spec §3.1.2's patterns); on error the record is unchanged.
+    /// Applies one event from the agent at time `now`. On success returns
+    /// the stream event to broadcast (none for a user message, which is not
+    /// a stream event in spec §3.1.2's patterns); on error the record is
+    /// unchanged.
     pub fn apply(
         &mut self,
         event: TaskEvent,
         now: Timestamp,
         policy: TransitionPolicy,
     ) -> Result<Option<StreamResponse>, ApplyError> {
-        self.apply_logged(event, now, policy, &mut Vec::new())
+        self.apply_logged(event, now, policy, Cause::Agent, &mut Vec::new())
     }
 
-    /// [`TaskRecord::apply`], appending to `log` what it changed in the
-    /// record ([`Change`]): replayed in order on the record as it was
-    /// ([`TaskRecord::replay`]), they make it what it is now. Nothing is
-    /// logged for a refused event.
+    /// [`TaskRecord::apply`] for an event `cause` wrote (what the
+    /// transition log records of a change of state; [`Cause::FollowUp`],
+    /// the agent in a run a follow-up started, is recorded for the change
+    /// that leaves INPUT_REQUIRED or AUTH_REQUIRED and as
+    /// [`Cause::Agent`] otherwise), appending to `log`
+    /// what it changed in the record ([`Change`]): replayed in order on the
+    /// record as it was ([`TaskRecord::replay`]), they make it what it is
+    /// now. Nothing is logged for a refused event.
     pub fn apply_logged(
         &mut self,
         event: TaskEvent,
         now: Timestamp,
         policy: TransitionPolicy,
+        cause: Cause,
         log: &mut Vec<Change>,
     ) -> Result<Option<StreamResponse>, ApplyError> {
         if let TaskEvent::PushConfig(change) = event {
@@ -266,7 +282,9 @@ impl TaskRecord {
         }
         match event {
             TaskEvent::PushConfig(_) => unreachable!("applied above"),
-            TaskEvent::Status(update) => self.apply_status(update, now, policy, log).map(Some),
+            TaskEvent::Status(update) => {
+                self.apply_status(update, now, policy, cause, log).map(Some)
+            }
             TaskEvent::Artifact(update) => self.apply_artifact(update, log).map(Some),
             TaskEvent::UserMessage(message) => {
                 let message = self.own_message(message)?;
@@ -327,9 +345,11 @@ impl TaskRecord {
         update: StatusUpdate,
         now: Timestamp,
         policy: TransitionPolicy,
+        cause: Cause,
         log: &mut Vec<Change>,
     ) -> Result<StreamResponse, ApplyError> {
-        policy.check(self.state(), update.state)?;
+        let before = self.state();
+        policy.check(before, update.state)?;
         let message = match update.message {
             Some(mut m) => {
                 if m.role == Role::Unspecified as i32 {
@@ -344,6 +364,18 @@ impl TaskRecord {
             message,
             timestamp: Some(now),
         };
+        if update.state != before {
+            // A follow-up's run moves the task on from where it waited;
+            // its later changes are the agent's own.
+            let cause = match cause {
+                Cause::FollowUp if !before.is_interrupted() => Cause::Agent,
+                cause => cause,
+            };
+            let message_id = status.message.as_ref().map_or("", |m| &m.message_id);
+            let entry = Transition::new(update.state, now, message_id, cause);
+            log.push(Change::Transition(entry.clone()));
+            push_transition(&mut self.transitions, entry);
+        }
         log.push(Change::Status(status.clone()));
         let superseded = self.task.status.replace(status.clone());
         if let Some(old) = superseded.and_then(|s| s.message) {

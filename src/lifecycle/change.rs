@@ -5,7 +5,7 @@
 //! few ways only: the status is replaced, a message joins history, an
 //! artifact is added, replaced or extended by a chunk, an artifact is
 //! sealed, metadata keys are set, the push configs change, the trace
-//! changes. Each is a [`Change`]. Replayed in order on the record as it
+//! changes, the transition log gains an entry. Each is a [`Change`]. Replayed in order on the record as it
 //! was ([`TaskRecord::replay`]), a write's changes give the record as it
 //! is, in time and space proportional to the changes, however long the
 //! task has grown: what lets a store keep a long task's updates at a
@@ -58,6 +58,9 @@ pub enum Change {
     /// The trace of the run that last wrote the task is now this.
     #[prost(string, tag = "9")]
     Trace(String),
+    /// This entry joined the transition log.
+    #[prost(message, tag = "10")]
+    Transition(super::transitions::Transition),
 }
 
 /// A task's push configs and which of them a 0.3 client set, whole.
@@ -72,7 +75,7 @@ pub struct PushConfigList {
 /// One change, as a message of its own (a oneof needs one).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct StoredChange {
-    #[prost(oneof = "Change", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
+    #[prost(oneof = "Change", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10")]
     pub change: Option<Change>,
 }
 
@@ -128,6 +131,9 @@ impl TaskRecord {
                 self.v0_3_push_configs = list.v0_3;
             }
             Change::Trace(trace) => self.trace = trace,
+            Change::Transition(entry) => {
+                super::transitions::push_transition(&mut self.transitions, entry)
+            }
         }
         Ok(())
     }
@@ -372,7 +378,13 @@ mod tests {
                     };
                     let before = log.len();
                     let ev = event(&mut rng, write * 10 + n);
-                    match applied.apply_logged(ev, now, TransitionPolicy::Permissive, &mut log) {
+                    match applied.apply_logged(
+                        ev,
+                        now,
+                        TransitionPolicy::Permissive,
+                        crate::lifecycle::Cause::Agent,
+                        &mut log,
+                    ) {
                         Ok(_) => {}
                         Err(_) => {
                             refused += 1;

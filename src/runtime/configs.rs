@@ -5,7 +5,7 @@
 use super::live::Author;
 use super::{TaskManager, store_error};
 use crate::error::A2aError;
-use crate::lifecycle::{MAX_PUSH_CONFIGS, Protocol, PushConfigChange, TaskEvent};
+use crate::lifecycle::{Cause, MAX_PUSH_CONFIGS, Protocol, PushConfigChange, TaskEvent};
 use crate::proto::TaskPushNotificationConfig;
 use crate::store::Caller;
 
@@ -62,7 +62,7 @@ impl TaskManager {
             &self.shared,
             &mut state,
             TaskEvent::PushConfig(PushConfigChange::Set(config.clone(), protocol)),
-            Author::Server,
+            Author::Server(Cause::Client),
         )?;
         drop(state);
         commit.wait().await.map_err(store_error)?;
@@ -145,7 +145,7 @@ impl TaskManager {
             &self.shared,
             &mut state,
             TaskEvent::PushConfig(PushConfigChange::Delete(id.to_owned())),
-            Author::Server,
+            Author::Server(Cause::Client),
         )?;
         drop(state);
         commit.wait().await.map_err(store_error)

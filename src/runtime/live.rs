@@ -35,7 +35,7 @@ use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{
-    ApplyError, Change, Changes, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy,
+    ApplyError, Cause, Change, Changes, HistoryLength, TaskEvent, TaskRecord, TransitionPolicy,
 };
 use crate::proto::{Message, StreamResponse, Task, TaskState, stream_response::Payload};
 use crate::store::{Body, Caller, Caught, EncodedTask, OutboxEntry, StoreError};
@@ -485,8 +485,24 @@ impl Drop for LiveTask {
 
 fn policy(shared: &Shared, author: Author) -> TransitionPolicy {
     match author {
-        Author::Agent => shared.config.policy,
-        Author::Server => TransitionPolicy::Permissive,
+        Author::Agent { .. } => shared.config.policy,
+        Author::Server(_) => TransitionPolicy::Permissive,
+    }
+}
+
+impl Author {
+    /// What the transition log records as the cause of a state this
+    /// author writes ([`crate::lifecycle::transitions`]).
+    fn cause(self) -> Cause {
+        match self {
+            Author::Agent { follow_up: false } => Cause::Agent,
+            Author::Agent { follow_up: true } => Cause::FollowUp,
+            Author::Server(cause) => cause,
+        }
+    }
+
+    fn is_agent(self) -> bool {
+        matches!(self, Author::Agent { .. })
     }
 }
 
@@ -495,10 +511,14 @@ fn policy(shared: &Shared, author: Author) -> TransitionPolicy {
 /// the server's own safety transitions (CANCELED on CancelTask, FAILED when
 /// an executor fails) are checked only by the permissive rules (nothing out
 /// of a terminal state), so a strict policy can never leave a task stuck.
+/// The server says why it writes (the transition log's cause).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Author {
-    Agent,
-    Server,
+    /// The agent, in a run; `follow_up`: a run a follow-up message started.
+    Agent {
+        follow_up: bool,
+    },
+    Server(Cause),
 }
 
 impl LiveTask {
@@ -605,13 +625,13 @@ impl LiveTask {
         author: Author,
     ) -> Result<Commit, ApplyFailure> {
         let loaded = guard.as_mut().expect("submit on a loaded task");
-        if author == Author::Agent
+        if author.is_agent()
             && let Some(e) = loaded.failure.take()
         {
             return Err(ApplyFailure::Store(e));
         }
         let added = event_bytes(&event);
-        if author == Author::Agent || matches!(event, TaskEvent::UserMessage(_)) {
+        if author.is_agent() || matches!(event, TaskEvent::UserMessage(_)) {
             let exact = || {
                 use prost::Message as _;
                 loaded.record.task.encoded_len()
@@ -634,6 +654,7 @@ impl LiveTask {
             event.clone(),
             now(),
             policy(shared, author),
+            author.cause(),
             &mut changes,
         )?;
         loaded.bytes += added;
@@ -815,7 +836,7 @@ impl LiveTask {
         let mut write = EncodedTask::of(&loaded.record, body);
         write.logged = logged;
         write.outbox = outbox_entries(&loaded.record, &loaded.pending);
-        write.by_run = loaded.pending.iter().any(|p| p.author == Author::Agent);
+        write.by_run = loaded.pending.iter().any(|p| p.author.is_agent());
         // At most MAX_QUEUED_MESSAGES of them.
         let follow_ups = loaded.pending.iter().filter(|p| p.follow_up.is_some());
         write.owes_runs = u16::try_from(follow_ups.count()).unwrap_or(u16::MAX);
@@ -982,6 +1003,7 @@ impl LiveTask {
                     p.event.clone(),
                     now(),
                     policy(shared, p.author),
+                    p.author.cause(),
                     &mut p.changes,
                 )
                 .map_err(|e| StoreError::Conflict {
@@ -1210,7 +1232,7 @@ impl LiveTask {
     fn drop_pending(self: &Arc<Self>, shared: &Arc<Shared>, loaded: &mut Loaded, e: StoreError) {
         // Only an agent that lost events must hear of it; a client whose
         // message was dropped is told by its own request.
-        let agent_lost = loaded.pending.iter().any(|p| p.author == Author::Agent);
+        let agent_lost = loaded.pending.iter().any(|p| p.author.is_agent());
         for p in loaded.pending.drain(..) {
             for n in p.notify {
                 let _ = n.send(Err(e.clone()));
@@ -1531,13 +1553,18 @@ impl LiveTask {
     /// [`FAIL_RETRY_MAX`]) while the task is active, so no task is left
     /// SUBMITTED or WORKING with nothing to move it on. Its streams already
     /// ended with the store's error when the write failed.
-    pub(crate) fn fail_until_stored(self: Arc<Self>, shared: Arc<Shared>, message: String) {
+    pub(crate) fn fail_until_stored(
+        self: Arc<Self>,
+        shared: Arc<Shared>,
+        message: String,
+        cause: Cause,
+    ) {
         tokio::spawn(async move {
             let mut delay = FAIL_RETRY_FIRST;
             loop {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(FAIL_RETRY_MAX);
-                match self.fail_if_active(&shared, &message).await {
+                match self.fail_if_active(&shared, &message, cause).await {
                     Ok(failed) => {
                         if failed {
                             tracing::info!(task_id = %self.key.id, "task failed after the store recovered");
@@ -1559,17 +1586,20 @@ impl LiveTask {
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         message: &str,
+        cause: Cause,
     ) -> Result<bool, A2aError> {
-        self.fail_when(shared, message, |r| r.state().is_active())
+        self.fail_when(shared, message, cause, |r| r.state().is_active())
             .await
     }
 
     /// FAILS the task with `message` if, under its lock, `now_due` holds
-    /// of its record; whether it did.
+    /// of its record; whether it did. `cause` is why, for the transition
+    /// log.
     pub(crate) async fn fail_when(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         message: &str,
+        cause: Cause,
         now_due: impl FnOnce(&TaskRecord) -> bool,
     ) -> Result<bool, A2aError> {
         let state = self.lock_loaded(shared).await?;
@@ -1577,7 +1607,8 @@ impl LiveTask {
             return Ok(false);
         }
         let event = super::server_status(TaskState::Failed, message);
-        self.apply(shared, state, event, Author::Server).await?;
+        self.apply(shared, state, event, Author::Server(cause))
+            .await?;
         Ok(true)
     }
 
@@ -1589,8 +1620,9 @@ impl LiveTask {
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         message: &str,
+        cause: Cause,
     ) -> Result<bool, A2aError> {
-        self.fail_when(shared, message, |r| {
+        self.fail_when(shared, message, cause, |r| {
             r.state().is_interrupted() && !self.runs().active
         })
         .await

@@ -89,7 +89,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{AgentRouter, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
-use crate::lifecycle::{HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
+use crate::lifecycle::{Cause, HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Task, TaskState};
 use crate::store::{
     Caller, ListQuery, OriginClaim as StoreClaim, StoreError, TaskPage, TaskStore, origin_key,
@@ -796,7 +796,7 @@ impl TaskManager {
                     config,
                     request.protocol,
                 )),
-                Author::Server,
+                Author::Server(Cause::Client),
             )?);
         }
         // Applied again by the lifecycle core, which refuses a terminal task.
@@ -804,7 +804,7 @@ impl TaskManager {
             &self.shared,
             &mut state,
             TaskEvent::UserMessage(message.clone()),
-            Author::Server,
+            Author::Server(Cause::FollowUp),
         )?;
         let run = live.queue_run_locked(&mut state, request);
         if self.shared.replicated {
@@ -915,6 +915,19 @@ impl TaskManager {
         id: &str,
         history: HistoryLength,
     ) -> Result<Task, A2aError> {
+        let (task, _) = self.get_task_logged(tenant, caller, id, history).await?;
+        Ok(task)
+    }
+
+    /// [`TaskManager::get_task`] with the task's transition log, oldest
+    /// first ([`crate::lifecycle::transitions`]).
+    pub async fn get_task_logged(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        id: &str,
+        history: HistoryLength,
+    ) -> Result<(Task, Vec<crate::lifecycle::Transition>), A2aError> {
         let store = &self.shared.store;
         let stored = match caller.owner_filter() {
             Some(owner) => store.get_owned(tenant, id, owner).await,
@@ -924,7 +937,8 @@ impl TaskManager {
         .ok_or_else(|| A2aError::TaskNotFound {
             task_id: id.to_owned(),
         })?;
-        Ok(task_view(&stored.record.task, history, true))
+        let task = task_view(&stored.record.task, history, true);
+        Ok((task, stored.record.transitions))
     }
 
     /// ListTasks (spec §3.1.4): one page of the tenant's committed tasks
@@ -982,7 +996,10 @@ impl TaskManager {
             TaskState::Canceled,
             "Task canceled at the client's request.",
         );
-        match live.apply(&self.shared, state, event, Author::Server).await {
+        match live
+            .apply(&self.shared, state, event, Author::Server(Cause::Cancel))
+            .await
+        {
             Ok(()) => {}
             // Another writer (a replica) ended the task first: the cancel
             // no longer applies to what is stored.
@@ -1095,6 +1112,13 @@ impl TaskManager {
             .orphaned_tasks()
             .await
             .map_err(store_error)?;
+        // A replica failing a dead one's tasks takes them over; a lone
+        // process cleans up after the one before it.
+        let sweep = if self.shared.replicated {
+            Cause::Takeover
+        } else {
+            Cause::OrphanSweep
+        };
         let mut failed = 0;
         for (tenant, stored) in orphaned {
             let live = self.live(&tenant, &stored.record.task.id);
@@ -1117,14 +1141,15 @@ impl TaskManager {
                     continue;
                 }
                 let failed = live
-                    .fail_lost_follow_up(&self.shared, LOST_FOLLOW_UP_FAILURE)
+                    .fail_lost_follow_up(&self.shared, LOST_FOLLOW_UP_FAILURE, sweep)
                     .await;
                 if !matches!(failed, Ok(true)) {
                     live.give_back_taken_runs(&self.shared);
                 }
                 failed?
             } else {
-                live.fail_if_active(&self.shared, RESTART_FAILURE).await?
+                live.fail_if_active(&self.shared, RESTART_FAILURE, sweep)
+                    .await?
             };
             if done {
                 failed += 1;
@@ -1155,7 +1180,10 @@ impl TaskManager {
         let mut failed = 0;
         for key in left {
             let live = self.shared.live(key.clone());
-            match live.fail_if_active(&self.shared, &message).await {
+            match live
+                .fail_if_active(&self.shared, &message, Cause::Server)
+                .await
+            {
                 Ok(true) => failed += 1,
                 Ok(false) => {}
                 Err(e) => {

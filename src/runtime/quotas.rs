@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{TaskKey, TaskManager, store_error};
 use crate::error::A2aError;
+use crate::lifecycle::Cause;
 use crate::store::{Caller, status_key, time_key};
 use crate::wkt::Timestamp;
 
@@ -85,7 +86,7 @@ impl TaskManager {
                 id: task.task_id,
             });
             let expired = live
-                .fail_when(&self.shared, &message, |r| {
+                .fail_when(&self.shared, &message, Cause::Timeout, |r| {
                     r.state().is_interrupted() && status_key(&r.task) < cutoff
                 })
                 .await?;

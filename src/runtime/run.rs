@@ -227,6 +227,8 @@ fn sink(
             },
             context_id: ctx.context_id.clone(),
             cancel: ctx.cancelled.clone(),
+            // A run whose task already exists is a follow-up's.
+            follow_up: matches!(mode, SinkMode::Live { .. }),
             mode: Mutex::new(mode),
             trace,
         }),

@@ -17,7 +17,7 @@ use super::{SendOutcome, Shared, TaskKey, server_status};
 use crate::agent::sink::SinkTarget;
 use crate::agent::{EventSink, SinkError};
 use crate::error::A2aError;
-use crate::lifecycle::{HistoryLength, Protocol, TaskEvent, TaskRecord};
+use crate::lifecycle::{Cause, HistoryLength, Protocol, TaskEvent, TaskRecord};
 use crate::proto::{Message, Role, TaskState};
 use crate::store::StoreError;
 
@@ -80,6 +80,9 @@ pub(crate) struct SinkInner {
     /// so CancelTask can reach the executor.
     pub(crate) cancel: tokio_util::sync::CancellationToken,
     pub(crate) mode: Mutex<SinkMode>,
+    /// The run was started by a follow-up message (the transition log's
+    /// cause when the agent resumes the task, [`Author::Agent`]).
+    pub(crate) follow_up: bool,
     /// The `traceparent` the run's writes leave on its task, for its
     /// webhooks ([`crate::telemetry::RunTrace::start`]).
     pub(crate) trace: Option<String>,
@@ -104,7 +107,10 @@ impl SinkTarget for RunSink {
     }
 
     async fn emit(&self, event: TaskEvent) -> Result<(), SinkError> {
-        self.emit_as(event, Author::Agent).await
+        let author = Author::Agent {
+            follow_up: self.inner.follow_up,
+        };
+        self.emit_as(event, author).await
     }
 
     async fn reply(&self, message: Message) -> Result<(), SinkError> {
@@ -168,7 +174,7 @@ impl RunSink {
                 commit,
                 creates: true,
                 ..
-            } if author == Author::Server => match commit.wait().await {
+            } if matches!(author, Author::Server(_)) => match commit.wait().await {
                 Ok(()) => Ok(()),
                 Err(StoreError::DuplicateMessage { task_id }) => {
                     Err(SinkError::Duplicate { task_id })
@@ -179,7 +185,7 @@ impl RunSink {
             Submitted {
                 commit, backlogged, ..
             } => {
-                if backlogged || author == Author::Server {
+                if backlogged || matches!(author, Author::Server(_)) {
                     commit.wait().await?;
                 }
                 Ok(())
@@ -294,7 +300,9 @@ impl RunSink {
         let failed = match &*mode {
             SinkMode::BeforeFirstEvent { .. } => {
                 drop(mode);
-                self.emit_as(event, Author::Server).await.is_ok()
+                self.emit_as(event, Author::Server(Cause::Timeout))
+                    .await
+                    .is_ok()
             }
             SinkMode::Live { live, .. } => {
                 let live = live.clone();
@@ -305,7 +313,7 @@ impl RunSink {
                     Err(_) => false,
                 };
                 active
-                    && match self.emit_as(event, Author::Server).await {
+                    && match self.emit_as(event, Author::Server(Cause::Timeout)).await {
                         Ok(()) => true,
                         Err(e) => {
                             // The timeout still applies when the store
@@ -313,6 +321,7 @@ impl RunSink {
                             live.fail_until_stored(
                                 shared.clone(),
                                 format!("{reason}; a store write failed: {e}"),
+                                Cause::Timeout,
                             );
                             true
                         }
@@ -381,6 +390,7 @@ impl RunSink {
                 live.clone().fail_until_stored(
                     shared.clone(),
                     format!("{reason}; the task could not be read when the run ended: {e}"),
+                    Cause::Server,
                 );
                 return (None, None);
             }
@@ -415,12 +425,13 @@ impl RunSink {
     /// request still gets its task); retried until the store takes it.
     async fn fail_at_end(&self, live: Option<&Arc<LiveTask>>, reason: String) {
         let event = server_status(TaskState::Failed, reason.clone());
-        if let Err(e) = self.emit_as(event, Author::Server).await {
+        if let Err(e) = self.emit_as(event, Author::Server(Cause::Server)).await {
             tracing::error!(task_id = %self.task_id(), error = %e, "could not fail task; retrying until the store takes it");
             if let Some(live) = live {
                 live.clone().fail_until_stored(
                     self.inner.shared.clone(),
                     format!("{reason}; a store write failed: {e}"),
+                    Cause::Server,
                 );
             }
         }
@@ -446,6 +457,7 @@ impl RunSink {
             live.clone().fail_until_stored(
                 shared.clone(),
                 format!("the agent's last changes could not be stored: {e}"),
+                Cause::Server,
             );
         }
     }

@@ -99,7 +99,15 @@ impl A2aService for A2aGrpc {
 
     async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {
         let call = context(&request);
-        unary(self.api.get_task(&call, request.into_inner()).await)
+        let mut response = unary(self.api.get_task(&call, request.into_inner()).await)?;
+        if let Some(uri) = call.params.activated() {
+            // spec §4.6: the response names the extensions it activated.
+            response.metadata_mut().insert(
+                crate::discovery::EXTENSIONS_METADATA,
+                tonic::metadata::MetadataValue::from_static(uri),
+            );
+        }
+        Ok(response)
     }
 
     async fn list_tasks(

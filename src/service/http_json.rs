@@ -430,7 +430,7 @@ pub async fn serve(
     match answer {
         Ok(Answer::Result(body)) => {
             record.end(None);
-            respond(StatusCode::OK, body, media)
+            super::web::echo_extensions(respond(StatusCode::OK, body, media), &call.params)
         }
         Ok(Answer::Stream(events)) => stream(events, record, bindings.keepalive()),
         Err(Refusal::Error(err)) => {

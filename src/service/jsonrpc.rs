@@ -151,7 +151,10 @@ pub async fn serve(
     match answer {
         Answer::Result(result) => {
             record.end(None);
-            respond(StatusCode::OK, result_body(&id, &result))
+            super::web::echo_extensions(
+                respond(StatusCode::OK, result_body(&id, &result)),
+                &call.params,
+            )
         }
         Answer::Stream(events) => stream(events, id, record, keepalive, false),
         Answer::Stream03(events) => stream(events, id, record, keepalive, true),

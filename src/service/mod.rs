@@ -44,6 +44,7 @@ use futures_util::Stream;
 use crate::auth::{Authenticator, Principal, Role};
 use crate::discovery::{Cards, ServiceParameters};
 use crate::error::A2aError;
+use crate::lifecycle::TRANSITIONS_EXTENSION;
 use crate::proto::{
     AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest, GetTaskPushNotificationConfigRequest, GetTaskRequest,
@@ -366,7 +367,8 @@ impl A2aApi {
                     .await?;
                 let reader = Self::reader(call, &caller);
                 self.pacing.wait(&reader).await;
-                let task = tasks::get_task(&self.manager, &caller, request).await?;
+                let transitions = call.params.activates(TRANSITIONS_EXTENSION);
+                let task = tasks::get_task(&self.manager, &caller, request, transitions).await?;
                 Ok(self.charge(&reader, task))
             }),
         )

@@ -16,16 +16,26 @@ use crate::store::{Caller, Cursor, status_key};
 /// at it).
 pub use crate::store::MAX_PAGE_BYTES;
 
+/// GetTask; with `transitions`, the task's transition log in its metadata
+/// ([`crate::lifecycle::TRANSITIONS_EXTENSION`]).
 pub async fn get_task(
     manager: &TaskManager,
     caller: &Caller,
     req: GetTaskRequest,
+    transitions: bool,
 ) -> Result<Task, A2aError> {
     validate::task_id(&req.tenant, &req.id)?;
     let history = validate::history_length(req.history_length)?;
-    manager
-        .get_task(&req.tenant, caller, &req.id, history)
-        .await
+    if !transitions {
+        return manager
+            .get_task(&req.tenant, caller, &req.id, history)
+            .await;
+    }
+    let (mut task, log) = manager
+        .get_task_logged(&req.tenant, caller, &req.id, history)
+        .await?;
+    crate::lifecycle::transitions::show_transitions(&mut task, &log);
+    Ok(task)
 }
 
 /// ListTasks calls one caller (a principal, or an address without

@@ -522,6 +522,22 @@ fn allow_origin(response: &mut Response, origin: Option<&str>) {
     }
 }
 
+/// `response` with the `A2A-Extensions` header naming the extensions the
+/// call activated, if any (spec §4.6, "Extension Activation": the
+/// response SHOULD list them).
+pub(crate) fn echo_extensions(
+    mut response: axum::response::Response,
+    params: &crate::discovery::ServiceParameters,
+) -> axum::response::Response {
+    if let Some(uri) = params.activated() {
+        response.headers_mut().insert(
+            crate::discovery::EXTENSIONS_METADATA,
+            http::HeaderValue::from_static(uri),
+        );
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,9 @@ struct StoredRecord {
     /// Absent (empty) in records written before 0.3 clients were served.
     #[prost(string, repeated, tag = "6")]
     v0_3_push_configs: Vec<String>,
+    /// Absent (empty) in records written before transitions were logged.
+    #[prost(message, repeated, tag = "7")]
+    transitions: Vec<crate::lifecycle::Transition>,
 }
 
 pub fn encode(record: &TaskRecord) -> Vec<u8> {
@@ -51,7 +54,8 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
         } else {
             0
         }
-        + string::encoded_len_repeated(6, &record.v0_3_push_configs);
+        + string::encoded_len_repeated(6, &record.v0_3_push_configs)
+        + message::encoded_len_repeated(7, &record.transitions);
     let mut buf = Vec::with_capacity(len);
     message::encode(1, &record.task, &mut buf);
     string::encode_repeated(2, &record.sealed_artifacts, &mut buf);
@@ -65,6 +69,9 @@ pub fn encode(record: &TaskRecord) -> Vec<u8> {
         string::encode(5, &record.trace, &mut buf);
     }
     string::encode_repeated(6, &record.v0_3_push_configs, &mut buf);
+    for entry in &record.transitions {
+        message::encode(7, entry, &mut buf);
+    }
     buf
 }
 
@@ -78,6 +85,7 @@ pub fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
         push_configs: stored.push_configs,
         v0_3_push_configs: stored.v0_3_push_configs,
         trace: stored.trace,
+        transitions: stored.transitions,
         history_ids: Default::default(),
     })
 }
@@ -185,6 +193,7 @@ mod tests {
                 push_configs: record.push_configs.clone(),
                 trace: trace.into(),
                 v0_3_push_configs: record.v0_3_push_configs.clone(),
+                transitions: record.transitions.clone(),
             };
             assert_eq!(encode(&record), message.encode_to_vec());
             assert_eq!(decode(&encode(&record)).unwrap(), record);

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use a2a_lifecycle::lifecycle::{
-    ArtifactUpdate, Changes, HistoryLength, StatusUpdate, TaskEvent, TaskRecord, TransitionPolicy,
+    ArtifactUpdate, Cause, Changes, HistoryLength, MAX_TRANSITIONS, StatusUpdate, TaskEvent,
+    TaskRecord, TransitionPolicy,
 };
 use a2a_lifecycle::proto::{Artifact, Role, TaskState};
 use a2a_lifecycle::store::{Body, EncodedTask};
@@ -99,6 +100,18 @@ async fn write_long_task(
     whole_every: usize,
     after_each: impl Fn(usize),
 ) -> TaskRecord {
+    write_long_task_of(store, id, updates, whole_every, update, after_each).await
+}
+
+/// [`write_long_task`] with update `n` made by `update`.
+async fn write_long_task_of(
+    store: &Store,
+    id: &str,
+    updates: usize,
+    whole_every: usize,
+    update: impl Fn(usize) -> TaskEvent,
+    after_each: impl Fn(usize),
+) -> TaskRecord {
     let mut record = long_task(id);
     store.create(T, &record).await.expect("create");
     for n in 1..=updates {
@@ -108,6 +121,7 @@ async fn write_long_task(
                 update(n),
                 at(n as i64),
                 TransitionPolicy::Permissive,
+                a2a_lifecycle::lifecycle::Cause::Agent,
                 &mut log,
             )
             .expect("apply");
@@ -227,7 +241,13 @@ pub async fn a_stale_write_of_changes_is_refused(store: Store) {
     let mut stale = written.clone();
     let mut log = Vec::new();
     stale
-        .apply_logged(update(11), at(11), TransitionPolicy::Permissive, &mut log)
+        .apply_logged(
+            update(11),
+            at(11),
+            TransitionPolicy::Permissive,
+            a2a_lifecycle::lifecycle::Cause::Agent,
+            &mut log,
+        )
         .expect("apply");
     let body = if store.keeps_changes() {
         Body::Changes(Changes::new(log).encode_to_vec().into())
@@ -305,4 +325,51 @@ pub async fn catch_up_gives_the_task_from_any_version(store: Store) {
             .is_none(),
         "a task that is not there"
     );
+}
+
+/// State `n` of a task that keeps changing state: odd WORKING, even
+/// INPUT_REQUIRED.
+fn flip_state(n: usize) -> TaskState {
+    if n % 2 == 1 {
+        TaskState::Working
+    } else {
+        TaskState::InputRequired
+    }
+}
+
+/// Update `n` of such a task: its state, with a status message.
+fn flip(n: usize) -> TaskEvent {
+    TaskEvent::Status(StatusUpdate {
+        state: flip_state(n),
+        message: Some(message(&format!("s{n}"), Role::Agent, &n.to_string())),
+        metadata: None,
+    })
+}
+
+/// The transition log (issue "console") is part of the task as stored:
+/// written with each write's changes and with the whole task, read back
+/// equal, bounded to [`MAX_TRANSITIONS`] (the first entry and the latest
+/// ones), in order.
+pub async fn the_transition_log_is_kept_with_the_task(store: Store) {
+    let flips = MAX_TRANSITIONS + 40;
+    let written = write_long_task_of(&store, "flipping", flips, 97, flip, |_| {}).await;
+    let stored = must_get(&store, T, "flipping").await;
+    assert_eq!(stored.record, written);
+    let log = &stored.record.transitions;
+    assert_eq!(log.len(), MAX_TRANSITIONS, "bounded");
+    assert_eq!(log[0].state, TaskState::Submitted as i32);
+    assert_eq!(log[0].cause, Cause::Client as i32);
+    assert_eq!(log[0].message_id, "flipping/m0", "the creating message");
+    let first_kept = flips - (MAX_TRANSITIONS - 1) + 1;
+    for (k, entry) in log[1..].iter().enumerate() {
+        let n = first_kept + k;
+        assert_eq!(entry.state, flip_state(n) as i32, "entry {k}");
+        assert_eq!(entry.timestamp, Some(at(n as i64)), "entry {k}");
+        assert_eq!(entry.message_id, format!("s{n}"), "entry {k}");
+        assert_eq!(entry.cause, Cause::Agent as i32, "entry {k}");
+    }
+    // ListTasks shows the task as it is, the log not in it.
+    let page = list(&store, T, &query()).await;
+    assert_eq!(page.tasks.len(), 1);
+    assert_eq!(page.tasks[0], stored.record.task);
 }

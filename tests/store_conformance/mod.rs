@@ -136,6 +136,7 @@ macro_rules! store_conformance_tests {
             readers_during_appends_see_whole_versions,
             a_stale_write_of_changes_is_refused,
             catch_up_gives_the_task_from_any_version,
+            the_transition_log_is_kept_with_the_task,
             // idempotency (origins.rs); recovery, retention (maintenance.rs)
             same_creating_message_is_a_duplicate_within_a_tenant_only,
             find_by_origin_finds_the_created_task,

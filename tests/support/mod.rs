@@ -806,3 +806,53 @@ pub fn fanout_updates_in(snapshot: &Task) -> u32 {
     );
     n as u32
 }
+
+/// GetTask activating the transition-log extension (spec §4.6) over gRPC:
+/// the task, and its log as `state cause` strings, oldest first (a
+/// missing log or an answer that does not name the extension fails).
+#[allow(dead_code)]
+pub async fn transitions(client: &mut Client, tenant: &str, id: &str) -> (Task, Vec<String>) {
+    use a2a_lifecycle::lifecycle::TRANSITIONS_EXTENSION;
+    let mut request = tonic::Request::new(a2a_lifecycle::proto::GetTaskRequest {
+        tenant: tenant.into(),
+        id: id.into(),
+        history_length: None,
+    });
+    request.metadata_mut().insert(
+        "a2a-extensions",
+        tonic::metadata::MetadataValue::from_static(TRANSITIONS_EXTENSION),
+    );
+    let response = within("get with transitions", client.get_task(request))
+        .await
+        .unwrap();
+    assert_eq!(
+        response
+            .metadata()
+            .get("a2a-extensions")
+            .and_then(|v| v.to_str().ok()),
+        Some(TRANSITIONS_EXTENSION),
+        "the answer names the extension it activated"
+    );
+    let task = response.into_inner();
+    let log = transition_log(&serde_json::to_value(&task).unwrap());
+    (task, log)
+}
+
+/// The transition log in a task's ProtoJSON, as `state cause` strings
+/// (state without its `TASK_STATE_` prefix); fails when there is none.
+#[allow(dead_code)]
+pub fn transition_log(task: &serde_json::Value) -> Vec<String> {
+    let log = &task["metadata"][a2a_lifecycle::lifecycle::TRANSITIONS_EXTENSION]["transitions"];
+    log.as_array()
+        .unwrap_or_else(|| panic!("no transition log in {task}"))
+        .iter()
+        .map(|entry| {
+            let state = entry["state"].as_str().expect("a state");
+            format!(
+                "{} {}",
+                state.trim_start_matches("TASK_STATE_"),
+                entry["cause"].as_str().expect("a cause")
+            )
+        })
+        .collect()
+}

@@ -61,6 +61,7 @@ pub async fn check_and_continue(store: &dyn TaskStore) -> (String, TaskRecord, u
                 event,
                 a2a_lifecycle::runtime::now(),
                 TransitionPolicy::Permissive,
+                a2a_lifecycle::lifecycle::Cause::Agent,
                 &mut log,
             )
             .unwrap();
