@@ -10,6 +10,7 @@ pub mod agent;
 pub mod auth;
 pub mod bindings;
 pub mod connections;
+pub mod console;
 pub mod content;
 pub mod discovery;
 pub mod error;

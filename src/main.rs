@@ -243,6 +243,10 @@ enum Command {
         /// VersionNotSupported.
         #[arg(long = "no-v0-3")]
         no_v0_3: bool,
+        /// Serve no browser console at `/console` (it is served with the
+        /// http-json binding, which it speaks, by default).
+        #[arg(long)]
+        no_console: bool,
         /// The `kid` of the signatures' protected header; by default the
         /// key's RFC 7638 thumbprint.
         #[arg(long, value_name = "KID", requires = "card_signing_key")]
@@ -610,6 +614,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             cors_origins,
             card_signing_key,
             no_v0_3,
+            no_console,
             card_signing_kid,
             card_signing_jku,
             auth,
@@ -717,6 +722,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     cors_origins,
                     signer,
                     no_v0_3,
+                    no_console,
                 },
                 connections: connections.limits(),
                 auth,

@@ -316,11 +316,22 @@ pub async fn serve_manager_tls(
         })
     });
     let served = discovery.bindings;
+    let tenants = cards.tenants();
+    let console_url = format!("{}{}", cards.http_url(), crate::console::PATH);
     let mut http = cards.router().merge(http_router(
         health,
         metrics.as_ref(),
         Access::Public(auth_shared),
     ));
+    // The console speaks HTTP+JSON: without that binding it has nothing
+    // to call.
+    if !discovery.no_console && served.contains(Binding::HttpJson) {
+        http = http.merge(crate::console::router(&crate::console::ConsoleConfig {
+            tenants,
+            bearer: discovery.security.as_ref().is_some_and(|s| s.bearer),
+        }));
+        tracing::info!(url = %console_url, "serving the console");
+    }
     let api_for_grpc = api.clone();
     let json_bindings: Vec<Binding> = served.iter().filter(|b| *b != Binding::Grpc).collect();
     if !json_bindings.is_empty() {

@@ -25,6 +25,7 @@ mod cli;
 mod concurrency;
 mod conformance_agent;
 mod connections;
+mod console;
 mod content_types;
 mod discovery;
 mod durability;

@@ -134,6 +134,9 @@ pub struct DiscoveryConfig {
     /// Protocol 0.3 is not served (`--no-v0-3`): the cards carry no 0.3
     /// fields.
     pub no_v0_3: bool,
+    /// `serve --no-console`: no browser console at `/console` (it is
+    /// served with the HTTP+JSON binding it speaks, by default).
+    pub no_console: bool,
 }
 
 /// Declares the extensions the server itself offers on every agent's
@@ -480,6 +483,17 @@ impl Cards {
     /// without `A2A-Version`, a 0.3 one, is VersionNotSupported).
     pub fn serves_v0_3(&self) -> bool {
         self.v0_3
+    }
+
+    /// The base URL of the JSON bindings and the cards, as the cards
+    /// advertise it (`--public-url`, else the bound address).
+    pub fn http_url(&self) -> &str {
+        &self.http_url
+    }
+
+    /// The tenants with a card, `""` (the default agent) among them.
+    pub fn tenants(&self) -> Vec<String> {
+        self.by_tenant.keys().cloned().collect()
     }
 
     /// The public card of `tenant`'s agent.

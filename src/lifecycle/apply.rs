@@ -375,6 +375,11 @@ impl TaskRecord {
             let entry = Transition::new(update.state, now, message_id, cause);
             log.push(Change::Transition(entry.clone()));
             push_transition(&mut self.transitions, entry);
+            if update.state.is_terminal() {
+                // The log is complete: a stored task keeps no spare room
+                // (a Vec grows to 4 entries at its second).
+                self.transitions.shrink_to_fit();
+            }
         }
         log.push(Change::Status(status.clone()));
         let superseded = self.task.status.replace(status.clone());

@@ -64,6 +64,9 @@ type AnyError = Box<dyn std::error::Error + Send + Sync>;
 #[path = "a2a-bench/long.rs"]
 mod long;
 
+#[path = "a2a-bench/console.rs"]
+mod console;
+
 /// Tasks created before a GetTask run, read round robin.
 const GET_TASKS: usize = 1000;
 /// How long fan-out subscribers get to attach before the updates start.
@@ -90,6 +93,16 @@ enum Cmd {
     /// Long-lived tasks: bytes written and server CPU per write of a task
     /// as it grows, per store.
     Long(LongArgs),
+    /// The console's task list: its first page with 10,000 tasks stored
+    /// (memory and SQLite).
+    Console(ConsoleArgs),
+}
+
+#[derive(Args)]
+struct ConsoleArgs {
+    /// Skip the SQLite store.
+    #[arg(long)]
+    no_sqlite: bool,
 }
 
 #[derive(Args)]
@@ -247,6 +260,10 @@ struct SuiteArgs {
     /// 10,000 updates per task on each store).
     #[arg(long)]
     no_long: bool,
+    /// Skip the console's rows (the task list's first page with 10,000
+    /// tasks stored, memory and SQLite).
+    #[arg(long)]
+    no_console: bool,
 }
 
 impl RunArgs {
@@ -1471,6 +1488,13 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         json.extend(long_json);
     }
 
+    if !args.no_console {
+        let (console_rows, console_json) =
+            console_rows(&main_bin, args.no_sqlite, server_cpus).await?;
+        rows.extend(console_rows);
+        json.extend(console_json);
+    }
+
     // `ratio` is to the bare server as tonic's defaults run it (what the
     // targets name); `to tuned` is to the bare server with this server's
     // runtime and connection settings, which isolates this server's own
@@ -2013,6 +2037,62 @@ async fn push_cost(
     Ok((rows, json))
 }
 
+/// A row per store of the console's task list ([`console`]): the first
+/// page's p99 with [`console::TASKS`] tasks stored, met within
+/// [`console::FIRST_PAGE_WITHIN`].
+async fn console_rows(
+    main_bin: &Path,
+    no_sqlite: bool,
+    server_cpus: Option<&str>,
+) -> Result<(Vec<Row>, Vec<String>), AnyError> {
+    let dir = std::env::temp_dir().join(format!("a2a-bench-console-{}", uuid::Uuid::new_v4()));
+    let sqlite = format!("sqlite:{}", dir.join("tasks.db").display());
+    let mut stores = vec![("memory", None)];
+    if !no_sqlite {
+        stores.push(("SQLite", Some(sqlite.as_str())));
+    }
+    let (mut rows, mut json) = (Vec::new(), Vec::new());
+    for (name, store) in stores {
+        let f = console::measure(main_bin, name, store, server_cpus).await?;
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "console list, {}: first page p50 {:?}, p99 {:?}; counts p99 {:?}; totalSize {}",
+            f.store, f.first_page_p50, f.first_page_p99, f.counts_p99, f.total_size
+        );
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        rows.push(Row {
+            name: format!(
+                "console list, first page of {} tasks ({})",
+                console::TASKS,
+                f.store
+            ),
+            bare: f64::NAN,
+            tuned: f64::NAN,
+            ours: ms(f.first_page_p99),
+            unit: "ms p99",
+            ratio: f64::NAN,
+            ratio_tuned: f64::NAN,
+            target: format!("<= {} ms", console::FIRST_PAGE_WITHIN.as_millis()),
+            ok: f.first_page_p99 <= console::FIRST_PAGE_WITHIN && f.total_size == console::TASKS,
+            extra: format!(
+                "p50 {:.2} ms; counts by state (8 calls) p99 {:.2} ms; totalSize {}",
+                ms(f.first_page_p50),
+                ms(f.counts_p99),
+                f.total_size
+            ),
+        });
+        json.push(format!(
+            "{{\"name\":\"console_list\",\"store\":\"{}\",\"tasks\":{},\"first_page_p50_ms\":{:.3},\"first_page_p99_ms\":{:.3},\"counts_p99_ms\":{:.3}}}",
+            f.store,
+            console::TASKS,
+            ms(f.first_page_p50),
+            ms(f.first_page_p99),
+            ms(f.counts_p99)
+        ));
+    }
+    Ok((rows, json))
+}
+
 fn long_stores(no_sqlite: bool, no_postgres: bool) -> Vec<long::Store> {
     let mut stores = vec![long::Store::Memory];
     if !no_sqlite {
@@ -2100,7 +2180,7 @@ fn main() -> Result<(), AnyError> {
     // Pin the generator before the runtime starts its threads (they
     // inherit the affinity); the servers get the other cores.
     let split = match &cli.command {
-        Cmd::Suite(_) | Cmd::Long(_) => cpu_split(),
+        Cmd::Suite(_) | Cmd::Long(_) | Cmd::Console(_) => cpu_split(),
         Cmd::Run(_) => None,
     };
     if let Some((_, generator)) = &split {
@@ -2140,6 +2220,25 @@ fn main() -> Result<(), AnyError> {
                 Ok(())
             }
             Cmd::Suite(args) => suite(&args, split).await,
+            Cmd::Console(args) => {
+                let server_cpus = split.as_ref().map(|(s, _)| s.as_str());
+                let (rows, json) =
+                    console_rows(&sibling("a2a-lifecycle"), args.no_sqlite, server_cpus).await?;
+                println!("| row | ms p99 | target | met | figures |");
+                println!("| --- | --- | --- | --- | --- |");
+                for row in &rows {
+                    println!(
+                        "| {} | {:.2} | {} | {} | {} |",
+                        row.name,
+                        row.ours,
+                        row.target,
+                        if row.ok { "yes" } else { "no" },
+                        row.extra
+                    );
+                }
+                println!("{{\"console\":[{}]}}", json.join(","));
+                Ok(())
+            }
             Cmd::Long(args) => {
                 let mut stores = long_stores(args.no_sqlite, args.no_postgres);
                 if !args.only.is_empty() {
