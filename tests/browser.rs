@@ -26,6 +26,14 @@ use support::{KillOnDrop, WAIT, spawn_serve, within};
 /// should measure the page, not a neighbour's Chromium.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The browser lock: the other tests' turns first (each bounded by its
+/// own timeouts, so this is too).
+async fn one_browser() -> tokio::sync::MutexGuard<'static, ()> {
+    tokio::time::timeout(Duration::from_secs(600), ONE_BROWSER.lock())
+        .await
+        .expect("the other browser tests did not end within 10 minutes")
+}
+
 struct Tools {
     chromium: PathBuf,
     chromedriver: PathBuf,
@@ -33,7 +41,8 @@ struct Tools {
 
 fn find(env: &str, candidates: &[&str]) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env) {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return p.exists().then_some(p);
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     for name in candidates {
@@ -72,8 +81,12 @@ fn tools(test: &str) -> Option<Tools> {
              (apt-get install chromium chromium-driver)"
         ),
         _ => {
-            eprintln!(
-                "{test}: skipped, no Chromium and chromedriver here \
+            // Written to stderr itself, past the test harness's capture:
+            // the skip shows in `cargo test`'s output.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "browser test {test} skipped: no Chromium and chromedriver here \
                  (apt-get install chromium chromium-driver; A2A_TEST_BROWSER=required \
                  makes this a failure)"
             );
@@ -300,7 +313,9 @@ fn server(args: &[&str]) -> (KillOnDrop, String) {
 }
 
 async fn grpc(url: &str) -> support::Client {
-    support::Client::connect(url.to_owned()).await.unwrap()
+    within("connect", support::Client::connect(url.to_owned()))
+        .await
+        .unwrap()
 }
 
 /// The code-reviewer flow end to end in the page: start a task on the
@@ -311,7 +326,7 @@ async fn code_reviewer_task_is_started_answered_and_completed_in_the_page() {
     let Some(tools) = tools("code_reviewer") else {
         return;
     };
-    let _one = ONE_BROWSER.lock().await;
+    let _one = one_browser().await;
     let (_server, url) = server(&[]);
     let s = open(&tools, &[]).await;
     s.goto(&format!("{url}/console#/code-reviewer/tasks")).await;
@@ -380,7 +395,7 @@ async fn slow_task_streams_progress_and_is_canceled_from_the_page() {
     let Some(tools) = tools("slow_task") else {
         return;
     };
-    let _one = ONE_BROWSER.lock().await;
+    let _one = one_browser().await;
     let (_server, url) = server(&[]);
     let s = open(&tools, &[]).await;
     s.goto(&format!("{url}/console#/tasks")).await;
@@ -430,13 +445,17 @@ async fn tasks_changed_by_another_client_update_without_a_reload() {
     let Some(tools) = tools("live_updates") else {
         return;
     };
-    let _one = ONE_BROWSER.lock().await;
+    let _one = one_browser().await;
     let (_server, url) = server(&[]);
     let s = open(&tools, &[]).await;
     s.goto(&format!("{url}/console#/code-reviewer/tasks")).await;
     s.until_present("the list", "#task-rows").await;
     let mut client = grpc(&url).await;
-    let task = support::send_text(&mut client, "code-reviewer", "review this").await;
+    let task = within(
+        "send",
+        support::send_text(&mut client, "code-reviewer", "review this"),
+    )
+    .await;
     let row = format!("#task-rows tr[data-task='{}']", task.id);
     s.until_present("the new task's row", &row).await;
     assert_eq!(
@@ -455,9 +474,12 @@ async fn tasks_changed_by_another_client_update_without_a_reload() {
     // The row follows the task as the other client answers it.
     let mut answer = support::user_message("the diff");
     answer.task_id = task.id.clone();
-    support::send_task(
-        &mut client,
-        support::request("code-reviewer", answer, false),
+    within(
+        "the other client's answer",
+        support::send_task(
+            &mut client,
+            support::request("code-reviewer", answer, false),
+        ),
     )
     .await;
     s.until(
@@ -468,15 +490,22 @@ async fn tasks_changed_by_another_client_update_without_a_reload() {
     .await;
 
     // A task view open while the other client acts.
-    let second = support::send_text(&mut client, "code-reviewer", "and this").await;
+    let second = within(
+        "send",
+        support::send_text(&mut client, "code-reviewer", "and this"),
+    )
+    .await;
     s.goto(&format!("{url}/console#/code-reviewer/tasks/{}", second.id))
         .await;
     s.until_state("INPUT_REQUIRED").await;
     let mut answer = support::user_message("second diff");
     answer.task_id = second.id.clone();
-    support::send_task(
-        &mut client,
-        support::request("code-reviewer", answer, false),
+    within(
+        "the other client's answer",
+        support::send_task(
+            &mut client,
+            support::request("code-reviewer", answer, false),
+        ),
     )
     .await;
     s.until_state("COMPLETED").await;
@@ -502,7 +531,7 @@ async fn markup_in_messages_stays_text() {
     let Some(tools) = tools("markup_stays_text") else {
         return;
     };
-    let _one = ONE_BROWSER.lock().await;
+    let _one = one_browser().await;
     let (_server, url) = server(&[]);
     let mut client = grpc(&url).await;
     let xss = "<img src=x onerror=\"window.__xss=1\"><script>window.__xss=2</script>";
@@ -515,9 +544,12 @@ async fn markup_in_messages_stays_text() {
         media_type: "text/plain".into(),
         ..Default::default()
     });
-    let task = support::send_task(
-        &mut client,
-        support::request("code-reviewer", message, false),
+    let task = within(
+        "the marked-up message",
+        support::send_task(
+            &mut client,
+            support::request("code-reviewer", message, false),
+        ),
     )
     .await;
     let s = open(&tools, &[]).await;
@@ -567,7 +599,7 @@ async fn each_principal_sees_only_its_own_tasks() {
     let Some(tools) = tools("principals") else {
         return;
     };
-    let _one = ONE_BROWSER.lock().await;
+    let _one = one_browser().await;
     let dir = std::env::temp_dir().join(format!("a2a-console-auth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let auth = dir.join("auth.toml");
@@ -586,7 +618,7 @@ async fn each_principal_sees_only_its_own_tasks() {
 
     // Alice starts a task over HTTP+JSON.
     let http = reqwest::Client::new();
-    let started: Value = within(
+    let started = within(
         "alice's task",
         http.post(format!("{url}/code-reviewer/message:send"))
             .bearer_auth("alice-key")
@@ -601,9 +633,8 @@ async fn each_principal_sees_only_its_own_tasks() {
     .unwrap()
     .error_for_status()
     .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .json();
+    let started: Value = within("alice's task's body", started).await.unwrap();
     let alice_task = started["task"]["id"].as_str().unwrap().to_owned();
 
     let s = open(&tools, &[]).await;
@@ -686,10 +717,14 @@ async fn phone_width_and_dark_scheme() {
     let Some(tools) = tools("phone_dark") else {
         return;
     };
-    let _one = ONE_BROWSER.lock().await;
+    let _one = one_browser().await;
     let (_server, url) = server(&[]);
     let mut client = grpc(&url).await;
-    let task = support::send_text(&mut client, "deployer", "deploy to prod").await;
+    let task = within(
+        "send",
+        support::send_text(&mut client, "deployer", "deploy to prod"),
+    )
+    .await;
     let s = open(&tools, &["--force-dark-mode", "--window-size=390,844"]).await;
     within("phone size", s.browser.set_window_size(390, 844))
         .await
@@ -714,5 +749,94 @@ async fn phone_width_and_dark_scheme() {
         "the dark colours: {layout}"
     );
     s.screenshot("phone-dark").await;
+    s.close().await;
+}
+
+/// `serve` on `addr` with `store`, the address it listens on once it does.
+fn server_at(addr: &str, store: &str) -> (KillOnDrop, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(support::BIN)
+        .args(["serve", "--listen", addr, "--store", store])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let child = KillOnDrop(child);
+    let listening = loop {
+        let line = lines
+            .next()
+            .expect("serve exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split("addr=").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, listening)
+}
+
+/// The server dies (SIGKILL) under a task view that is streaming: the
+/// page says it reconnects, takes the task up again once the server is
+/// back (the restarted server failed the orphaned task), shows each
+/// message once, and the timeline ends with the sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_view_resumes_after_the_server_comes_back() {
+    let Some(tools) = tools("resume") else {
+        return;
+    };
+    let _one = one_browser().await;
+    let dir = std::env::temp_dir().join(format!("a2a-console-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let store = format!("sqlite:{}", dir.join("tasks.db").display());
+    let (mut first, addr) = server_at("127.0.0.1:0", &store);
+    let url = format!("http://{addr}");
+    let s = open(&tools, &[]).await;
+    s.goto(&format!("{url}/console#/tasks")).await;
+    s.fill("#start-text", "slow tests").await;
+    s.click("#start button[type=submit]").await;
+    s.until_state("WORKING").await;
+    s.until(
+        "progress on the stream",
+        "const e = document.querySelector('#why'); return e && e.textContent.startsWith('Progress');",
+        vec![],
+    )
+    .await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    s.until(
+        "the page saying it reconnects",
+        "return document.querySelector('#live').textContent.includes('reconnecting');",
+        vec![],
+    )
+    .await;
+    let (_second, again) = server_at(&addr, &store);
+    assert_eq!(again, addr);
+    s.until_state("FAILED").await;
+    s.until(
+        "the sweep in the timeline",
+        "const l = [...document.querySelectorAll('#timeline li[data-state]')]; \
+         return l.length && l[l.length - 1].dataset.cause === 'orphan-sweep';",
+        vec![],
+    )
+    .await;
+    let log = s.timeline().await;
+    assert_eq!(
+        log,
+        ["SUBMITTED client", "WORKING agent", "FAILED orphan-sweep"],
+        "the page's timeline"
+    );
+    let ids = s
+        .js(
+            "return [...document.querySelectorAll('#conversation [data-message]')].map(m => m.dataset.message);",
+            vec![],
+        )
+        .await;
+    let ids: Vec<String> = serde_json::from_value(ids).unwrap();
+    let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "a message shown twice: {ids:?}");
+    assert!(ids.len() >= 3, "the conversation: {ids:?}");
     s.close().await;
 }
