@@ -297,11 +297,40 @@ impl Session {
         }
     }
 
-    async fn close(self) {
-        within("close the browser", self.browser.close())
+    /// Starts a task with the agent whose page is open, from its form.
+    async fn start_task(&self, text: &str) {
+        self.fill("#start-text", text).await;
+        self.click("#start button[type=submit]").await;
+    }
+
+    async fn close(&self) {
+        within("close the browser", self.browser.clone().close())
             .await
             .unwrap();
     }
+}
+
+/// A test's browser on a server of its own (memory store, `serve_args`),
+/// holding the browser lock; `None` when the test is skipped. Fields drop
+/// in order: the browser, then the server, then the lock.
+struct Case {
+    s: Session,
+    url: String,
+    _server: KillOnDrop,
+    _one: tokio::sync::MutexGuard<'static, ()>,
+}
+
+async fn case(test: &str, serve_args: &[&str], chrome_args: &[&str]) -> Option<Case> {
+    let tools = tools(test)?;
+    let one = one_browser().await;
+    let (server, url) = server(serve_args);
+    let s = open(&tools, chrome_args).await;
+    Some(Case {
+        s,
+        url,
+        _server: server,
+        _one: one,
+    })
 }
 
 /// `serve` with the memory store and `args`.
@@ -323,18 +352,15 @@ async fn grpc(url: &str) -> support::Client {
 /// with the review artifact and the transition log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_reviewer_task_is_started_answered_and_completed_in_the_page() {
-    let Some(tools) = tools("code_reviewer") else {
+    let Some(c) = case("code_reviewer", &[], &[]).await else {
         return;
     };
-    let _one = one_browser().await;
-    let (_server, url) = server(&[]);
-    let s = open(&tools, &[]).await;
+    let (s, url) = (&c.s, c.url.as_str());
     s.goto(&format!("{url}/console#/code-reviewer/tasks")).await;
     s.until_present("the agent's card", ".card[data-tenant='code-reviewer']")
         .await;
     s.screenshot("agent").await;
-    s.fill("#start-text", "review my change").await;
-    s.click("#start button[type=submit]").await;
+    s.start_task("review my change").await;
     s.until(
         "the task's own view",
         "return location.hash.startsWith('#/code-reviewer/tasks/');",
@@ -392,15 +418,12 @@ async fn code_reviewer_task_is_started_answered_and_completed_in_the_page() {
 /// cancels it; the timeline says the client's cancel ended it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_task_streams_progress_and_is_canceled_from_the_page() {
-    let Some(tools) = tools("slow_task") else {
+    let Some(c) = case("slow_task", &[], &[]).await else {
         return;
     };
-    let _one = one_browser().await;
-    let (_server, url) = server(&[]);
-    let s = open(&tools, &[]).await;
+    let (s, url) = (&c.s, c.url.as_str());
     s.goto(&format!("{url}/console#/tasks")).await;
-    s.fill("#start-text", "slow tests").await;
-    s.click("#start button[type=submit]").await;
+    s.start_task("slow tests").await;
     s.until_state("WORKING").await;
     assert_eq!(s.text("#state [data-next]").await, "wait");
     // Progress arrives on the stream: the status message changes while
@@ -442,15 +465,13 @@ async fn slow_task_streams_progress_and_is_canceled_from_the_page() {
 /// the agent's list and then the task: both change without a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_changed_by_another_client_update_without_a_reload() {
-    let Some(tools) = tools("live_updates") else {
+    let Some(c) = case("live_updates", &[], &[]).await else {
         return;
     };
-    let _one = one_browser().await;
-    let (_server, url) = server(&[]);
-    let s = open(&tools, &[]).await;
+    let (s, url) = (&c.s, c.url.as_str());
     s.goto(&format!("{url}/console#/code-reviewer/tasks")).await;
     s.until_present("the list", "#task-rows").await;
-    let mut client = grpc(&url).await;
+    let mut client = grpc(url).await;
     let task = within(
         "send",
         support::send_text(&mut client, "code-reviewer", "review this"),
@@ -528,12 +549,11 @@ async fn tasks_changed_by_another_client_update_without_a_reload() {
 /// nothing and makes no element, and a `javascript:` URL part is no link.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn markup_in_messages_stays_text() {
-    let Some(tools) = tools("markup_stays_text") else {
+    let Some(c) = case("markup_stays_text", &[], &[]).await else {
         return;
     };
-    let _one = one_browser().await;
-    let (_server, url) = server(&[]);
-    let mut client = grpc(&url).await;
+    let (s, url) = (&c.s, c.url.as_str());
+    let mut client = grpc(url).await;
     let xss = "<img src=x onerror=\"window.__xss=1\"><script>window.__xss=2</script>";
     let mut message = support::user_message(xss);
     message.parts.push(a2a_lifecycle::proto::Part {
@@ -552,7 +572,6 @@ async fn markup_in_messages_stays_text() {
         ),
     )
     .await;
-    let s = open(&tools, &[]).await;
     s.goto(&format!("{url}/console#/code-reviewer/tasks/{}", task.id))
         .await;
     s.until_state("INPUT_REQUIRED").await;
@@ -596,10 +615,6 @@ fn sha256_hex(s: &str) -> String {
 /// its id; a wrong token is refused and asked for again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_principal_sees_only_its_own_tasks() {
-    let Some(tools) = tools("principals") else {
-        return;
-    };
-    let _one = one_browser().await;
     let dir = std::env::temp_dir().join(format!("a2a-console-auth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let auth = dir.join("auth.toml");
@@ -613,8 +628,11 @@ async fn each_principal_sees_only_its_own_tasks() {
         ),
     )
     .unwrap();
-    let (_server, url) = server(&["--auth", auth.to_str().unwrap()]);
     let _cleanup = TempDir(dir);
+    let Some(c) = case("principals", &["--auth", auth.to_str().unwrap()], &[]).await else {
+        return;
+    };
+    let (s, url) = (&c.s, c.url.as_str());
 
     // Alice starts a task over HTTP+JSON.
     let http = reqwest::Client::new();
@@ -637,7 +655,6 @@ async fn each_principal_sees_only_its_own_tasks() {
     let started: Value = within("alice's task's body", started).await.unwrap();
     let alice_task = started["task"]["id"].as_str().unwrap().to_owned();
 
-    let s = open(&tools, &[]).await;
     s.goto(&format!("{url}/console#/code-reviewer/tasks")).await;
     s.until(
         "the token prompt",
@@ -714,18 +731,22 @@ async fn each_principal_sees_only_its_own_tasks() {
 /// every control is reachable (no horizontal scrolling).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn phone_width_and_dark_scheme() {
-    let Some(tools) = tools("phone_dark") else {
+    let Some(c) = case(
+        "phone_dark",
+        &[],
+        &["--force-dark-mode", "--window-size=390,844"],
+    )
+    .await
+    else {
         return;
     };
-    let _one = one_browser().await;
-    let (_server, url) = server(&[]);
-    let mut client = grpc(&url).await;
+    let (s, url) = (&c.s, c.url.as_str());
+    let mut client = grpc(url).await;
     let task = within(
         "send",
         support::send_text(&mut client, "deployer", "deploy to prod"),
     )
     .await;
-    let s = open(&tools, &["--force-dark-mode", "--window-size=390,844"]).await;
     within("phone size", s.browser.set_window_size(390, 844))
         .await
         .unwrap();
@@ -754,27 +775,12 @@ async fn phone_width_and_dark_scheme() {
 
 /// `serve` on `addr` with `store`, the address it listens on once it does.
 fn server_at(addr: &str, store: &str) -> (KillOnDrop, String) {
-    use std::io::BufRead;
-    let mut child = Command::new(support::BIN)
-        .args(["serve", "--listen", addr, "--store", store])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let child = KillOnDrop(child);
-    let listening = loop {
-        let line = lines
-            .next()
-            .expect("serve exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("addr=").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+    let (child, url, lines) = support::spawn_serve_on(addr, &[], &["--store", store]);
     std::thread::spawn(move || for _ in lines {});
-    (child, listening)
+    (
+        KillOnDrop(child),
+        url.trim_start_matches("http://").to_owned(),
+    )
 }
 
 /// The server dies (SIGKILL) under a task view that is streaming: the
@@ -795,8 +801,7 @@ async fn a_task_view_resumes_after_the_server_comes_back() {
     let url = format!("http://{addr}");
     let s = open(&tools, &[]).await;
     s.goto(&format!("{url}/console#/tasks")).await;
-    s.fill("#start-text", "slow tests").await;
-    s.click("#start button[type=submit]").await;
+    s.start_task("slow tests").await;
     s.until_state("WORKING").await;
     s.until(
         "progress on the stream",

@@ -388,8 +388,18 @@ pub fn spawn_serve_env(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> (Child, String, std::sync::mpsc::Receiver<String>) {
+    spawn_serve_on("127.0.0.1:0", env, args)
+}
+
+/// [`spawn_serve_env`] listening on `listen` (an address a server
+/// restarted must keep, say).
+pub fn spawn_serve_on(
+    listen: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Child, String, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["serve", "--listen", listen])
         .args(args)
         .env("RUST_LOG", "info")
         .envs(env.iter().copied())
