@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::{OriginClaim, OriginOutcome, SendOutcome, Shared, TaskHandle, TaskKey, store_error};
+use super::origin::{MessageClaim, OriginOutcome};
+use super::{SendOutcome, Shared, TaskHandle, TaskKey, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::HistoryLength;
 use crate::store::StoreError;
@@ -24,13 +25,13 @@ use crate::store::StoreError;
 /// still has its repeats answered.
 pub(crate) struct Reply {
     tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
-    claim: Option<OriginClaim>,
+    claim: Option<MessageClaim>,
 }
 
 impl Reply {
     pub(crate) fn new(
         tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
-        claim: Option<OriginClaim>,
+        claim: Option<MessageClaim>,
     ) -> Self {
         Reply { tx, claim }
     }

@@ -2,7 +2,7 @@
 //! listed and deleted by whoever may see the task, as changes committed
 //! with the task like its events (`TaskEvent::PushConfig`).
 
-use super::live::Author;
+use super::loaded::Author;
 use super::{TaskManager, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::{Cause, MAX_PUSH_CONFIGS, Protocol, PushConfigChange, TaskEvent};
@@ -45,7 +45,7 @@ impl TaskManager {
         protocol: Protocol,
     ) -> Result<TaskPushNotificationConfig, A2aError> {
         let task_id = config.task_id.clone();
-        let live = self.live(tenant, &task_id);
+        let live = self.live_or_insert(tenant, &task_id);
         let mut state = live.lock_visible(&self.shared, caller).await?;
         let loaded = state.as_mut().expect("loaded");
         let configs = &loaded.record.push_configs;
@@ -78,7 +78,7 @@ impl TaskManager {
         caller: &Caller,
         task_id: &str,
     ) -> Result<(), A2aError> {
-        let live = self.live(tenant, task_id);
+        let live = self.live_or_insert(tenant, task_id);
         drop(live.lock_visible(&self.shared, caller).await?);
         Ok(())
     }
@@ -92,7 +92,7 @@ impl TaskManager {
         task_id: &str,
         id: &str,
     ) -> Result<TaskPushNotificationConfig, A2aError> {
-        let live = self.live(tenant, task_id);
+        let live = self.live_or_insert(tenant, task_id);
         let state = live.lock_visible(&self.shared, caller).await?;
         let loaded = state.as_ref().expect("loaded");
         let config = loaded
@@ -115,7 +115,7 @@ impl TaskManager {
         caller: &Caller,
         task_id: &str,
     ) -> Result<Vec<TaskPushNotificationConfig>, A2aError> {
-        let live = self.live(tenant, task_id);
+        let live = self.live_or_insert(tenant, task_id);
         let state = live.lock_visible(&self.shared, caller).await?;
         let loaded = state.as_ref().expect("loaded");
         Ok(loaded
@@ -135,7 +135,7 @@ impl TaskManager {
         task_id: &str,
         id: &str,
     ) -> Result<(), A2aError> {
-        let live = self.live(tenant, task_id);
+        let live = self.live_or_insert(tenant, task_id);
         let mut state = live.lock_visible(&self.shared, caller).await?;
         let loaded = state.as_ref().expect("loaded");
         if !loaded.record.push_configs.iter().any(|c| c.id == id) {

@@ -81,7 +81,7 @@ impl TaskManager {
                 "No input arrived within {}, the owner's max_input_wait.",
                 humantime::format_duration(limit)
             );
-            let live = self.shared.live(TaskKey {
+            let live = self.shared.live_or_insert(TaskKey {
                 tenant: task.tenant,
                 id: task.task_id,
             });

@@ -14,8 +14,9 @@ use tracing::Instrument;
 
 use super::answer::Reply;
 use super::live::RunRequest;
+use super::origin::MessageClaim;
 use super::sink::{RunSink, SinkInner, SinkMode};
-use super::{LOST_MESSAGE_FAILURE, OriginClaim, SendOutcome, Shared, TaskKey};
+use super::{LOST_MESSAGE_FAILURE, SendOutcome, Shared, TaskKey};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
 use crate::lifecycle::HistoryLength;
@@ -31,7 +32,7 @@ pub(super) async fn start_new(
     request: RunRequest,
     history: HistoryLength,
     subscribe: bool,
-    claim: OriginClaim,
+    claim: MessageClaim,
 ) -> Result<SendOutcome, A2aError> {
     let run = new_run(shared, tenant, owner, request, history, subscribe, claim);
     spawn(shared, run.agent, run.ctx, run.mode, &run.trace);
@@ -39,7 +40,7 @@ pub(super) async fn start_new(
 }
 
 /// A message an earlier run of which ended without its task stored
-/// ([`crate::store::OriginClaim::Lost`]: its replica declared dead, or the
+/// ([`crate::store::MessageClaim::Lost`]: its replica declared dead, or the
 /// store refusing the create): its task is created FAILED with
 /// [`LOST_MESSAGE_FAILURE`], and the agent is not run. The earlier run's
 /// agent may have acted (its side effects, if any, happened); running the
@@ -52,7 +53,7 @@ pub(super) async fn record_lost(
     request: RunRequest,
     history: HistoryLength,
     subscribe: bool,
-    claim: OriginClaim,
+    claim: MessageClaim,
 ) -> Result<SendOutcome, A2aError> {
     let run = new_run(shared, tenant, owner, request, history, subscribe, claim);
     let (span, carried) = run.trace.start(
@@ -88,7 +89,7 @@ fn new_run(
     request: RunRequest,
     history: HistoryLength,
     subscribe: bool,
-    claim: OriginClaim,
+    claim: MessageClaim,
 ) -> NewRun {
     let RunRequest {
         agent,
@@ -264,5 +265,20 @@ impl Drop for RunningGuard {
                 }
             }
         });
+    }
+}
+
+impl Shared {
+    /// Starts the run of a follow-up message that `live` admitted from its
+    /// queue (the task exists, so the run's sink starts live).
+    pub(crate) fn start_follow_up(
+        self: &Arc<Self>,
+        live: Arc<super::live::LiveTask>,
+        agent: Arc<dyn crate::agent::AgentExecutor>,
+        ctx: RequestContext,
+        trace: &crate::telemetry::RunTrace,
+    ) {
+        let mode = SinkMode::Live { live, answer: None };
+        spawn(self, agent, ctx, mode, trace);
     }
 }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 use super::answer::{NewTaskAnswer, Reply};
-use super::live::{ApplyFailure, Author, LiveTask, Loaded};
+use super::live::{ApplyFailure, LiveTask};
+use super::loaded::{Author, Loaded};
 use super::{SendOutcome, Shared, TaskKey, server_status};
 use crate::agent::sink::SinkTarget;
 use crate::agent::{EventSink, SinkError};
@@ -271,7 +272,7 @@ impl RunSink {
                 tracing::error!(error = %e, "a send's push notification config was not kept");
             }
         }
-        let live = shared.live(key.clone());
+        let live = shared.live_or_insert(key.clone());
         // A new id: no other run, no queue.
         live.begin_first_run(self.inner.cancel.clone());
         let mut state = live.install(Loaded::uncreated(record)).await;

@@ -22,7 +22,7 @@
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::live::Signal;
+use super::loaded::Signal;
 use super::{TaskHandle, TaskManager};
 use crate::error::A2aError;
 use crate::proto::{StreamResponse, Task, TaskState, stream_response::Payload};
