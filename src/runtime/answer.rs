@@ -6,7 +6,7 @@
 //! committed, so the answer ([`NewTaskAnswer`]) travels with the run's
 //! first event into the live task and is delivered by the flush that
 //! commits it (or reports its failure). The answer belongs to the run, not
-//! to the request ([`Reply`]): a client that disconnects still has the
+//! to the request ([`NewMessageReply`]): a client that disconnects still has the
 //! repeats of its message answered.
 
 use std::sync::Arc;
@@ -23,17 +23,17 @@ use crate::store::StoreError;
 /// the repeats of the same message that wait on it (idempotent sends). It
 /// belongs to the run, not to the request, so a client that goes away
 /// still has its repeats answered.
-pub(crate) struct Reply {
+pub(crate) struct NewMessageReply {
     tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
     claim: Option<MessageClaim>,
 }
 
-impl Reply {
+impl NewMessageReply {
     pub(crate) fn new(
         tx: oneshot::Sender<Result<SendOutcome, A2aError>>,
         claim: Option<MessageClaim>,
     ) -> Self {
-        Reply { tx, claim }
+        NewMessageReply { tx, claim }
     }
 
     pub(crate) fn send(mut self, outcome: Result<SendOutcome, A2aError>) {
@@ -55,7 +55,7 @@ pub(crate) struct NewTaskAnswer {
     handle: Box<TaskHandle>,
     history: HistoryLength,
     subscribe: bool,
-    reply: Option<Reply>,
+    reply: Option<NewMessageReply>,
 }
 
 impl NewTaskAnswer {
@@ -64,7 +64,7 @@ impl NewTaskAnswer {
         handle: TaskHandle,
         history: HistoryLength,
         subscribe: bool,
-        reply: Option<Reply>,
+        reply: Option<NewMessageReply>,
     ) -> Self {
         NewTaskAnswer {
             tenant,

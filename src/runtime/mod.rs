@@ -68,7 +68,7 @@
 //! # The answer owed to a creating request
 //!
 //! A message without a task id is answered by what its run does first, so
-//! the request waits on a `answer::Reply` that belongs to the run, not to
+//! the request waits on a `answer::NewMessageReply` that belongs to the run, not to
 //! the request (a client that goes away still has its repeats answered):
 //!
 //! 1. the run's sink starts with the message and the reply, and no task;

@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};
 use tracing::Instrument;
 
-use super::answer::Reply;
+use super::answer::NewMessageReply;
 use super::live::RunRequest;
 use super::origin::MessageClaim;
 use super::sink::{RunSink, SinkInner, SinkMode};
@@ -127,7 +127,7 @@ fn new_run(
         push_config: push_config.map(|c| (c, protocol)),
         history,
         subscribe,
-        reply: Some(Reply::new(tx, Some(claim))),
+        reply: Some(NewMessageReply::new(tx, Some(claim))),
     };
     NewRun {
         agent,

@@ -320,7 +320,7 @@ impl Shared {
         key: TaskKey,
         history: HistoryLength,
         subscribe: bool,
-        reply: answer::Reply,
+        reply: answer::NewMessageReply,
     ) {
         let shared = self.clone();
         tokio::spawn(async move {

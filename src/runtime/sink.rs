@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio::sync::Mutex;
 
-use super::answer::{NewTaskAnswer, Reply};
+use super::answer::{NewMessageReply, NewTaskAnswer};
 use super::live::{ApplyFailure, LiveTask};
 use super::loaded::{Author, Loaded};
 use super::{SendOutcome, Shared, TaskKey, server_status};
@@ -58,7 +58,7 @@ pub(crate) enum SinkMode {
         push_config: Option<(crate::proto::TaskPushNotificationConfig, Protocol)>,
         history: HistoryLength,
         subscribe: bool,
-        reply: Option<Reply>,
+        reply: Option<NewMessageReply>,
     },
     /// The task exists; this run is its active one (see `live::Runs`).
     Live {

@@ -149,7 +149,7 @@ impl Template {
 
 /// One route: an HTTP method and template, and the operation it calls.
 #[derive(Clone, Debug)]
-pub struct Route {
+pub struct HttpRoute {
     method: Method,
     template: Template,
     /// `body: "*"`: the body is the request.
@@ -158,7 +158,7 @@ pub struct Route {
     input: MessageDescriptor,
 }
 
-impl Route {
+impl HttpRoute {
     pub fn operation(&self) -> Operation {
         self.operation
     }
@@ -167,12 +167,12 @@ impl Route {
 /// Every route of the binding.
 #[derive(Clone, Debug)]
 pub struct Routes {
-    routes: Vec<Route>,
+    routes: Vec<HttpRoute>,
 }
 
 /// What a request's method and path found.
 pub enum Found<'a> {
-    Route(&'a Route, Vec<(String, String)>),
+    Route(&'a HttpRoute, Vec<(String, String)>),
     /// The path is a route's, not for this method: 405 with these.
     OtherMethods(Vec<Method>),
     Nothing,
@@ -220,7 +220,7 @@ impl Routes {
                     .and_then(|b| b.as_str().map(|b| b == "*"))
                     .unwrap_or(false);
                 let template = Template::parse(&template)?;
-                routes.push(Route {
+                routes.push(HttpRoute {
                     method: method.clone(),
                     template: template.clone(),
                     body,
@@ -230,7 +230,7 @@ impl Routes {
                 // Spec §11.3.2 (and the official clients) subscribe with
                 // POST; the annotation says GET. Both are served.
                 if operation == Operation::SubscribeToTask && method == Method::GET {
-                    routes.push(Route {
+                    routes.push(HttpRoute {
                         method: Method::POST,
                         template,
                         body: false,
@@ -393,7 +393,7 @@ fn respond(status: StatusCode, body: Vec<u8>, media_type: &'static str) -> Respo
 /// Serves one request of `route`.
 pub async fn serve(
     bindings: &HttpBindings,
-    route: &Route,
+    route: &HttpRoute,
     vars: Vec<(String, String)>,
     parts: http::request::Parts,
     body: Body,
@@ -428,11 +428,11 @@ pub async fn serve(
     .instrument(span)
     .await;
     match answer {
-        Ok(Answer::Result(body)) => {
+        Ok(HttpAnswer::Result(body)) => {
             record.end(None);
             super::web::echo_extensions(respond(StatusCode::OK, body, media), &call.params)
         }
-        Ok(Answer::Stream(events)) => stream(events, record, bindings.keepalive()),
+        Ok(HttpAnswer::Stream(events)) => stream(events, record, bindings.keepalive()),
         Err(Refusal::Error(err)) => {
             record.end(Some(&err));
             error_response_as(&err, media)
@@ -476,13 +476,13 @@ fn operation_label(operation: Operation) -> &'static str {
 
 /// What a request brings for its proto request.
 struct Input<'a> {
-    route: &'a Route,
+    route: &'a HttpRoute,
     vars: &'a [(String, String)],
     query: Option<&'a str>,
     body: &'a [u8],
 }
 
-enum Answer {
+enum HttpAnswer {
     Result(Vec<u8>),
     Stream(EventStream),
 }
@@ -627,22 +627,22 @@ async fn dispatch(
     call: &CallContext,
     operation: Operation,
     input: Input<'_>,
-) -> Result<Answer, A2aError> {
+) -> Result<HttpAnswer, A2aError> {
     use Operation::*;
-    fn encoded<M: serde::Serialize>(message: M) -> Result<Answer, A2aError> {
+    fn encoded<M: serde::Serialize>(message: M) -> Result<HttpAnswer, A2aError> {
         let mut out = Vec::with_capacity(256);
         json::write(&message, &mut out).map_err(|e| A2aError::Internal(e.to_string()))?;
-        Ok(Answer::Result(out))
+        Ok(HttpAnswer::Result(out))
     }
     match operation {
         SendMessage => encoded(api.send_message(call, request(&input)?).await?),
-        SendStreamingMessage => Ok(Answer::Stream(
+        SendStreamingMessage => Ok(HttpAnswer::Stream(
             api.send_streaming_message(call, request(&input)?).await?,
         )),
         GetTask => encoded(api.get_task(call, request(&input)?).await?),
         ListTasks => encoded(api.list_tasks(call, request(&input)?).await?),
         CancelTask => encoded(api.cancel_task(call, request(&input)?).await?),
-        SubscribeToTask => Ok(Answer::Stream(
+        SubscribeToTask => Ok(HttpAnswer::Stream(
             api.subscribe_to_task(call, request(&input)?).await?,
         )),
         CreateTaskPushNotificationConfig => encoded(
@@ -660,7 +660,7 @@ async fn dispatch(
         DeleteTaskPushNotificationConfig => {
             api.delete_task_push_notification_config(call, request(&input)?)
                 .await?;
-            Ok(Answer::Result(b"{}".to_vec()))
+            Ok(HttpAnswer::Result(b"{}".to_vec()))
         }
         GetExtendedAgentCard => encoded(api.get_extended_agent_card(call, request(&input)?).await?),
     }

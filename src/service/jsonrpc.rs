@@ -149,16 +149,16 @@ pub async fn serve(
     // Without 0.3 (`--no-v0-3`) a 0.3 method is answered in 1.0 terms.
     let v03 = request.v03() && bindings.api().cards().serves_v0_3();
     match answer {
-        Answer::Result(result) => {
+        RpcAnswer::Result(result) => {
             record.end(None);
             super::web::echo_extensions(
                 respond(StatusCode::OK, result_body(&id, &result)),
                 &call.params,
             )
         }
-        Answer::Stream(events) => stream(events, id, record, keepalive, false),
-        Answer::Stream03(events) => stream(events, id, record, keepalive, true),
-        Answer::Error(err) => {
+        RpcAnswer::Stream(events) => stream(events, id, record, keepalive, false),
+        RpcAnswer::Stream03(events) => stream(events, id, record, keepalive, true),
+        RpcAnswer::Error(err) => {
             // A streaming call refused before its first event is answered
             // like a unary one (`application/json`): the official 1.0
             // clients read a JSON body in place of an event stream as the
@@ -225,16 +225,16 @@ async fn batch(
                         request.operation(),
                     );
                     match dispatch(bindings.api(), call, path_tenant, &request).await {
-                        Answer::Result(result) => {
+                        RpcAnswer::Result(result) => {
                             record.end(None);
                             result_body(request.id, &result)
                         }
-                        Answer::Error(err) => {
+                        RpcAnswer::Error(err) => {
                             record.end(Some(&err));
                             let v03 = request.v03() && bindings.api().cards().serves_v0_3();
                             error_body(request.id, &err, v03)
                         }
-                        Answer::Stream(_) | Answer::Stream03(_) => {
+                        RpcAnswer::Stream(_) | RpcAnswer::Stream03(_) => {
                             unreachable!("streaming methods are refused above")
                         }
                     }
@@ -348,7 +348,7 @@ fn not_a_request(why: &str) -> A2aError {
 }
 
 /// What an operation answered.
-pub(crate) enum Answer {
+pub(crate) enum RpcAnswer {
     /// The response's JSON.
     Result(Vec<u8>),
     Stream(EventStream),
@@ -371,33 +371,38 @@ fn params<M: Message + Name + Default + serde::de::DeserializeOwned + super::Ten
     Ok(decoded)
 }
 
-fn encoded<M: serde::Serialize>(response: Result<M, A2aError>) -> Answer {
+fn encoded<M: serde::Serialize>(response: Result<M, A2aError>) -> RpcAnswer {
     match response {
         Ok(message) => {
             let mut out = Vec::with_capacity(256);
             match json::write(&message, &mut out) {
-                Ok(()) => Answer::Result(out),
-                Err(e) => Answer::Error(A2aError::Internal(e.to_string())),
+                Ok(()) => RpcAnswer::Result(out),
+                Err(e) => RpcAnswer::Error(A2aError::Internal(e.to_string())),
             }
         }
-        Err(err) => Answer::Error(err),
+        Err(err) => RpcAnswer::Error(err),
     }
 }
 
-fn streamed(response: Result<EventStream, A2aError>) -> Answer {
+fn streamed(response: Result<EventStream, A2aError>) -> RpcAnswer {
     match response {
-        Ok(events) => Answer::Stream(events),
-        Err(err) => Answer::Error(err),
+        Ok(events) => RpcAnswer::Stream(events),
+        Err(err) => RpcAnswer::Error(err),
     }
 }
 
 /// Calls the operation `request.method` names (spec §9.4).
-async fn dispatch(api: &A2aApi, call: &CallContext, tenant: &str, request: &Request<'_>) -> Answer {
+async fn dispatch(
+    api: &A2aApi,
+    call: &CallContext,
+    tenant: &str,
+    request: &Request<'_>,
+) -> RpcAnswer {
     macro_rules! unary {
         ($op:ident) => {
             match params(request, tenant) {
                 Ok(p) => encoded(api.$op(call, p).await),
-                Err(err) => Answer::Error(err),
+                Err(err) => RpcAnswer::Error(err),
             }
         };
     }
@@ -405,7 +410,7 @@ async fn dispatch(api: &A2aApi, call: &CallContext, tenant: &str, request: &Requ
         ($op:ident) => {
             match params(request, tenant) {
                 Ok(p) => streamed(api.$op(call, p).await),
-                Err(err) => Answer::Error(err),
+                Err(err) => RpcAnswer::Error(err),
             }
         };
     }
@@ -422,17 +427,17 @@ async fn dispatch(api: &A2aApi, call: &CallContext, tenant: &str, request: &Requ
         "DeleteTaskPushNotificationConfig" => {
             match params::<crate::proto::DeleteTaskPushNotificationConfigRequest>(request, tenant) {
                 Ok(p) => match api.delete_task_push_notification_config(call, p).await {
-                    Ok(()) => Answer::Result(b"{}".to_vec()),
-                    Err(err) => Answer::Error(err),
+                    Ok(()) => RpcAnswer::Result(b"{}".to_vec()),
+                    Err(err) => RpcAnswer::Error(err),
                 },
-                Err(err) => Answer::Error(err),
+                Err(err) => RpcAnswer::Error(err),
             }
         }
         "GetExtendedAgentCard" => unary!(get_extended_agent_card),
         v03 if request.v03() => {
             v0_3::jsonrpc::dispatch(api, call, tenant, v03, request.params.map(|p| p.get())).await
         }
-        other => Answer::Error(A2aError::MethodNotFound {
+        other => RpcAnswer::Error(A2aError::MethodNotFound {
             method: other.to_owned(),
         }),
     }

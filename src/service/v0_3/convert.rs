@@ -148,7 +148,7 @@ fn part_out(p: proto::Part) -> v03::Part {
         metadata: p.metadata,
         ..Default::default()
     };
-    let file = |bytes, uri| v03::File {
+    let file = |bytes, uri| v03::FileContent {
         bytes,
         uri,
         mime_type: non_empty(p.media_type.clone()),
@@ -264,7 +264,7 @@ impl StreamOut {
             }
             Some(Payload::Task(t)) => {
                 let status = t.status.unwrap_or_default();
-                Ok(v03::Event::StatusUpdate(v03::StatusUpdate {
+                Ok(v03::Event::StatusUpdate(v03::StatusUpdateEvent {
                     kind: "status-update",
                     is_final: ends_stream(status.state),
                     task_id: t.id,
@@ -276,7 +276,7 @@ impl StreamOut {
             Some(Payload::Message(m)) => Ok(v03::Event::Message(message_out(m))),
             Some(Payload::StatusUpdate(u)) => {
                 let status = u.status.unwrap_or_default();
-                Ok(v03::Event::StatusUpdate(v03::StatusUpdate {
+                Ok(v03::Event::StatusUpdate(v03::StatusUpdateEvent {
                     kind: "status-update",
                     is_final: ends_stream(status.state),
                     task_id: u.task_id,
@@ -286,7 +286,7 @@ impl StreamOut {
                 }))
             }
             Some(Payload::ArtifactUpdate(u)) => {
-                Ok(v03::Event::ArtifactUpdate(v03::ArtifactUpdate {
+                Ok(v03::Event::ArtifactUpdate(v03::ArtifactUpdateEvent {
                     kind: "artifact-update",
                     task_id: u.task_id,
                     context_id: u.context_id,

@@ -37,7 +37,7 @@ impl A2aGrpcV03 {
 }
 
 fn streamed(events: crate::service::EventStream) -> Response<OldEventStream> {
-    let mut out = pb::StreamOut::default();
+    let mut out = pb::PbStreamOut::default();
     Response::new(Box::pin(events.map(move |event| {
         event
             .and_then(|event| out.event(event))

@@ -14,7 +14,7 @@ use super::convert;
 use super::types as v03;
 use crate::error::A2aError;
 use crate::proto;
-use crate::service::jsonrpc::Answer;
+use crate::service::jsonrpc::RpcAnswer;
 use crate::service::{A2aApi, CallContext};
 
 /// The 0.3 methods and the 1.0 operation each becomes (its metrics and
@@ -86,10 +86,10 @@ fn params<T: DeserializeOwned>(raw: Option<&str>) -> Result<T, A2aError> {
         .map_err(|e| A2aError::invalid("params", format!("not the method's 0.3 params: {e}")))
 }
 
-fn result<T: serde::Serialize>(value: &T) -> Answer {
+fn result<T: serde::Serialize>(value: &T) -> RpcAnswer {
     match serde_json::to_vec(value) {
-        Ok(bytes) => Answer::Result(bytes),
-        Err(e) => Answer::Error(A2aError::Internal(e.to_string())),
+        Ok(bytes) => RpcAnswer::Result(bytes),
+        Err(e) => RpcAnswer::Error(A2aError::Internal(e.to_string())),
     }
 }
 
@@ -100,10 +100,10 @@ pub(crate) async fn dispatch(
     tenant: &str,
     method: &str,
     raw: Option<&str>,
-) -> Answer {
+) -> RpcAnswer {
     match serve(api, call, tenant, method, raw).await {
         Ok(answer) => answer,
-        Err(err) => Answer::Error(err),
+        Err(err) => RpcAnswer::Error(err),
     }
 }
 
@@ -113,7 +113,7 @@ async fn serve(
     tenant: &str,
     method: &str,
     raw: Option<&str>,
-) -> Result<Answer, A2aError> {
+) -> Result<RpcAnswer, A2aError> {
     let call = &call_for(api, call)?;
     let tenant = tenant.to_owned();
     Ok(match method {
@@ -124,7 +124,7 @@ async fn serve(
         }
         "message/stream" => {
             let request = convert::send_in(params(raw)?, &tenant)?;
-            Answer::Stream03(api.send_streaming_message(call, request).await?)
+            RpcAnswer::Stream03(api.send_streaming_message(call, request).await?)
         }
         "tasks/get" => {
             let p: v03::TaskParams = params(raw)?;
@@ -147,7 +147,7 @@ async fn serve(
         "tasks/resubscribe" => {
             let p: v03::TaskParams = params(raw)?;
             let request = proto::SubscribeToTaskRequest { tenant, id: p.id };
-            Answer::Stream03(api.subscribe_to_task(call, request).await?)
+            RpcAnswer::Stream03(api.subscribe_to_task(call, request).await?)
         }
         "tasks/pushNotificationConfig/set" => {
             let p: v03::TaskPushConfig = params(raw)?;
@@ -228,7 +228,7 @@ async fn serve(
             };
             api.delete_task_push_notification_config(call, request)
                 .await?;
-            Answer::Result(b"null".to_vec())
+            RpcAnswer::Result(b"null".to_vec())
         }
         "agent/getAuthenticatedExtendedCard" => {
             // The 0.3 client validates the answer as a 0.3 card: the

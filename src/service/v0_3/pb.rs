@@ -211,9 +211,9 @@ pub fn send_response_out(r: proto::SendMessageResponse) -> old::SendMessageRespo
 /// One stream's events in 0.3 form (see `convert::StreamOut`: one Task,
 /// first; `final` where a 1.0 stream ends).
 #[derive(Default)]
-pub struct StreamOut(super::convert::StreamOut);
+pub struct PbStreamOut(super::convert::StreamOut);
 
-impl StreamOut {
+impl PbStreamOut {
     pub fn event(&mut self, e: proto::StreamResponse) -> Result<old::StreamResponse, A2aError> {
         use old::stream_response::Payload as O;
         use proto::stream_response::Payload as P;

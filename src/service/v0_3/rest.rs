@@ -34,7 +34,7 @@ use crate::service::{Binding, CallContext, EventStream, http_json, sse};
 
 /// A 0.3 route's operation, with the ids its path names.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Route {
+pub enum RestRoute {
     Send,
     Stream,
     Get(String),
@@ -47,26 +47,26 @@ pub enum Route {
     Card,
 }
 
-impl Route {
+impl RestRoute {
     fn operation(&self) -> &'static str {
         match self {
-            Route::Send => "SendMessage",
-            Route::Stream => "SendStreamingMessage",
-            Route::Get(_) => "GetTask",
-            Route::Cancel(_) => "CancelTask",
-            Route::Subscribe(_) => "SubscribeToTask",
-            Route::CreateConfig(_) => "CreateTaskPushNotificationConfig",
-            Route::ListConfigs(_) => "ListTaskPushNotificationConfigs",
-            Route::GetConfig(..) => "GetTaskPushNotificationConfig",
-            Route::DeleteConfig(..) => "DeleteTaskPushNotificationConfig",
-            Route::Card => "GetExtendedAgentCard",
+            RestRoute::Send => "SendMessage",
+            RestRoute::Stream => "SendStreamingMessage",
+            RestRoute::Get(_) => "GetTask",
+            RestRoute::Cancel(_) => "CancelTask",
+            RestRoute::Subscribe(_) => "SubscribeToTask",
+            RestRoute::CreateConfig(_) => "CreateTaskPushNotificationConfig",
+            RestRoute::ListConfigs(_) => "ListTaskPushNotificationConfigs",
+            RestRoute::GetConfig(..) => "GetTaskPushNotificationConfig",
+            RestRoute::DeleteConfig(..) => "DeleteTaskPushNotificationConfig",
+            RestRoute::Card => "GetExtendedAgentCard",
         }
     }
 
     fn has_body(&self) -> bool {
         matches!(
             self,
-            Route::Send | Route::Stream | Route::CreateConfig(_) | Route::Cancel(_)
+            RestRoute::Send | RestRoute::Stream | RestRoute::CreateConfig(_) | RestRoute::Cancel(_)
         )
     }
 }
@@ -79,7 +79,7 @@ static DELETE_GET: [Method; 2] = [Method::DELETE, Method::GET];
 /// What a path under `/v1/` is: `None` when it is not a 0.3 path at
 /// all (the 1.0 routes are tried next); `Some(Err(allowed))` when the
 /// path is one but not for this method.
-pub fn find(method: &Method, path: &str) -> Option<(String, Result<Route, &'static [Method]>)> {
+pub fn find(method: &Method, path: &str) -> Option<(String, Result<RestRoute, &'static [Method]>)> {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let (tenant, rest) = match segments.as_slice() {
         ["v1", rest @ ..] => (String::new(), rest),
@@ -90,30 +90,30 @@ pub fn find(method: &Method, path: &str) -> Option<(String, Result<Route, &'stat
     };
     let decode = |s: &str| crate::service::web::decode_component(s, false);
     let route = match (rest, method) {
-        (["message:send"], &Method::POST) => Ok(Route::Send),
-        (["message:stream"], &Method::POST) => Ok(Route::Stream),
+        (["message:send"], &Method::POST) => Ok(RestRoute::Send),
+        (["message:stream"], &Method::POST) => Ok(RestRoute::Stream),
         (["message:send" | "message:stream"], _) => Err(&POST[..]),
-        (["card"], &Method::GET) => Ok(Route::Card),
+        (["card"], &Method::GET) => Ok(RestRoute::Card),
         (["card"], _) => Err(&GET[..]),
         (["tasks", id], m) => match id.rsplit_once(':') {
-            Some((id, "cancel")) if m == Method::POST => Ok(Route::Cancel(decode(id))),
+            Some((id, "cancel")) if m == Method::POST => Ok(RestRoute::Cancel(decode(id))),
             Some((_, "cancel")) => Err(&POST[..]),
             Some((id, "subscribe")) if m == Method::GET || m == Method::POST => {
-                Ok(Route::Subscribe(decode(id)))
+                Ok(RestRoute::Subscribe(decode(id)))
             }
             Some((_, "subscribe")) => Err(&GET_POST[..]),
             Some(_) => return None,
-            None if m == Method::GET => Ok(Route::Get(decode(id))),
+            None if m == Method::GET => Ok(RestRoute::Get(decode(id))),
             None => Err(&GET[..]),
         },
         (["tasks", id, "pushNotificationConfigs"], m) => match *m {
-            Method::POST => Ok(Route::CreateConfig(decode(id))),
-            Method::GET => Ok(Route::ListConfigs(decode(id))),
+            Method::POST => Ok(RestRoute::CreateConfig(decode(id))),
+            Method::GET => Ok(RestRoute::ListConfigs(decode(id))),
             _ => Err(&GET_POST[..]),
         },
         (["tasks", id, "pushNotificationConfigs", config], m) => match *m {
-            Method::GET => Ok(Route::GetConfig(decode(id), decode(config))),
-            Method::DELETE => Ok(Route::DeleteConfig(decode(id), decode(config))),
+            Method::GET => Ok(RestRoute::GetConfig(decode(id), decode(config))),
+            Method::DELETE => Ok(RestRoute::DeleteConfig(decode(id), decode(config))),
             _ => Err(&DELETE_GET[..]),
         },
         _ => return None,
@@ -125,7 +125,7 @@ pub fn find(method: &Method, path: &str) -> Option<(String, Result<Route, &'stat
 pub async fn serve(
     bindings: &HttpBindings,
     tenant: String,
-    route: Route,
+    route: RestRoute,
     parts: http::request::Parts,
     body: Body,
 ) -> Response {
@@ -156,7 +156,7 @@ pub async fn serve(
     .instrument(span)
     .await;
     match answer {
-        Ok(Answer::Result(body)) => {
+        Ok(RestAnswer::Result(body)) => {
             record.end(None);
             let mut response = Response::new(Body::from(body));
             response.headers_mut().insert(
@@ -165,7 +165,7 @@ pub async fn serve(
             );
             response
         }
-        Ok(Answer::Stream(events)) => stream(events, record, bindings.keepalive()),
+        Ok(RestAnswer::Stream(events)) => stream(events, record, bindings.keepalive()),
         Err((status, err)) => {
             record.end(Some(&err));
             let mut response = http_json::error_response(&err);
@@ -177,15 +177,15 @@ pub async fn serve(
     }
 }
 
-enum Answer {
+enum RestAnswer {
     Result(Vec<u8>),
     Stream(EventStream),
 }
 
-fn encoded<M: serde::Serialize>(message: &M) -> Result<Answer, A2aError> {
+fn encoded<M: serde::Serialize>(message: &M) -> Result<RestAnswer, A2aError> {
     let mut out = Vec::with_capacity(256);
     json::write(message, &mut out).map_err(|e| A2aError::Internal(e.to_string()))?;
-    Ok(Answer::Result(out))
+    Ok(RestAnswer::Result(out))
 }
 
 fn body<M: prost::Message + prost::Name + Default + serde::de::DeserializeOwned>(
@@ -217,27 +217,27 @@ async fn dispatch(
     bindings: &HttpBindings,
     call: &CallContext,
     tenant: &str,
-    route: Route,
+    route: RestRoute,
     parts: &http::request::Parts,
     bytes: &[u8],
-) -> Result<Answer, A2aError> {
+) -> Result<RestAnswer, A2aError> {
     let api = bindings.api();
     let call = &super::jsonrpc::call_for(api, call)?;
     let tenant = tenant.to_owned();
     match route {
-        Route::Send => {
+        RestRoute::Send => {
             let request = pb::send_in(body(bytes)?, &tenant)?;
             encoded(&pb::send_response_out(
                 api.send_message(call, request).await?,
             ))
         }
-        Route::Stream => {
+        RestRoute::Stream => {
             let request = pb::send_in(body(bytes)?, &tenant)?;
-            Ok(Answer::Stream(
+            Ok(RestAnswer::Stream(
                 api.send_streaming_message(call, request).await?,
             ))
         }
-        Route::Get(id) => {
+        RestRoute::Get(id) => {
             let request = proto::GetTaskRequest {
                 tenant,
                 id,
@@ -245,7 +245,7 @@ async fn dispatch(
             };
             encoded(&pb::task_out(api.get_task(call, request).await?))
         }
-        Route::Cancel(id) => {
+        RestRoute::Cancel(id) => {
             let request = proto::CancelTaskRequest {
                 tenant,
                 id,
@@ -253,11 +253,13 @@ async fn dispatch(
             };
             encoded(&pb::task_out(api.cancel_task(call, request).await?))
         }
-        Route::Subscribe(id) => {
+        RestRoute::Subscribe(id) => {
             let request = proto::SubscribeToTaskRequest { tenant, id };
-            Ok(Answer::Stream(api.subscribe_to_task(call, request).await?))
+            Ok(RestAnswer::Stream(
+                api.subscribe_to_task(call, request).await?,
+            ))
         }
-        Route::CreateConfig(task_id) => {
+        RestRoute::CreateConfig(task_id) => {
             // The annotation's body is the config; the official 0.3
             // client sends the whole request (`{"parent", "configId",
             // "config"}`): both are read.
@@ -282,7 +284,7 @@ async fn dispatch(
                     .await?,
             ))
         }
-        Route::GetConfig(task_id, id) => {
+        RestRoute::GetConfig(task_id, id) => {
             let request = proto::GetTaskPushNotificationConfigRequest {
                 tenant,
                 task_id,
@@ -292,7 +294,7 @@ async fn dispatch(
                 api.get_task_push_notification_config(call, request).await?,
             ))
         }
-        Route::ListConfigs(task_id) => {
+        RestRoute::ListConfigs(task_id) => {
             let request = proto::ListTaskPushNotificationConfigsRequest {
                 tenant,
                 task_id,
@@ -307,7 +309,7 @@ async fn dispatch(
                 next_page_token: page.next_page_token,
             })
         }
-        Route::DeleteConfig(task_id, id) => {
+        RestRoute::DeleteConfig(task_id, id) => {
             let request = proto::DeleteTaskPushNotificationConfigRequest {
                 tenant,
                 task_id,
@@ -315,9 +317,9 @@ async fn dispatch(
             };
             api.delete_task_push_notification_config(call, request)
                 .await?;
-            Ok(Answer::Result(b"{}".to_vec()))
+            Ok(RestAnswer::Result(b"{}".to_vec()))
         }
-        Route::Card => {
+        RestRoute::Card => {
             // 0.3's GetAgentCard answers the card in 0.3's JSON shape
             // (the official client validates it so): the extended card
             // with the 0.3 fields, as the public card carries them.
@@ -329,7 +331,7 @@ async fn dispatch(
             let interfaces = api.cards().v03_interfaces(&tenant);
             crate::discovery::v0_3::add_fields(&mut value, &card, &interfaces);
             serde_json::to_vec(&value)
-                .map(Answer::Result)
+                .map(RestAnswer::Result)
                 .map_err(|e| A2aError::Internal(e.to_string()))
         }
     }
@@ -343,7 +345,7 @@ fn stream(
 ) -> Response {
     let frames = async_stream::stream! {
         let mut events = events;
-        let mut old = pb::StreamOut::default();
+        let mut old = pb::PbStreamOut::default();
         while let Some(event) = events.next().await {
             let event = event.and_then(|event| {
                 let event = old.event(event)?;
@@ -376,29 +378,29 @@ mod tests {
         let post = |p| find(&Method::POST, p);
         assert_eq!(
             post("/v1/message:send"),
-            Some((String::new(), Ok(Route::Send)))
+            Some((String::new(), Ok(RestRoute::Send)))
         );
         assert_eq!(
             post("/deployer/v1/message:stream"),
-            Some(("deployer".into(), Ok(Route::Stream)))
+            Some(("deployer".into(), Ok(RestRoute::Stream)))
         );
         assert_eq!(
             get("/v1/tasks/t1"),
-            Some((String::new(), Ok(Route::Get("t1".into()))))
+            Some((String::new(), Ok(RestRoute::Get("t1".into()))))
         );
         assert_eq!(
             post("/v1/tasks/t1:cancel"),
-            Some((String::new(), Ok(Route::Cancel("t1".into()))))
+            Some((String::new(), Ok(RestRoute::Cancel("t1".into()))))
         );
         assert_eq!(
             get("/v1/tasks/t1:subscribe"),
-            Some((String::new(), Ok(Route::Subscribe("t1".into()))))
+            Some((String::new(), Ok(RestRoute::Subscribe("t1".into()))))
         );
         assert_eq!(
             find(&Method::DELETE, "/v1/tasks/t/pushNotificationConfigs/c"),
             Some((
                 String::new(),
-                Ok(Route::DeleteConfig("t".into(), "c".into()))
+                Ok(RestRoute::DeleteConfig("t".into(), "c".into()))
             ))
         );
         assert_eq!(

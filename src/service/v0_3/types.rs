@@ -49,7 +49,7 @@ pub struct Part {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<File>,
+    pub file: Option<FileContent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,7 +59,7 @@ pub struct Part {
 /// A file part's content: `bytes` (base64) or `uri`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct File {
+pub struct FileContent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,7 +117,7 @@ pub struct Artifact {
 /// `TaskStatusUpdateEvent` (`kind: "status-update"`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatusUpdate {
+pub struct StatusUpdateEvent {
     pub kind: &'static str,
     pub task_id: String,
     pub context_id: String,
@@ -133,7 +133,7 @@ pub struct StatusUpdate {
 /// `TaskArtifactUpdateEvent` (`kind: "artifact-update"`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ArtifactUpdate {
+pub struct ArtifactUpdateEvent {
     pub kind: &'static str,
     pub task_id: String,
     pub context_id: String,
@@ -151,8 +151,8 @@ pub struct ArtifactUpdate {
 pub enum Event {
     Task(Task),
     Message(Message),
-    StatusUpdate(StatusUpdate),
-    ArtifactUpdate(ArtifactUpdate),
+    StatusUpdate(StatusUpdateEvent),
+    ArtifactUpdate(ArtifactUpdateEvent),
 }
 
 /// `MessageSendParams`.
