@@ -205,7 +205,8 @@ where
             let slot = match open.take(peer, max, per_peer) {
                 Ok(slot) => slot,
                 Err(Full::Server) => {
-                    if let Some(refused) = open.refusals.log_now(tokio::time::Instant::now()) {
+                    if let Some(refused) = open.refusals.count_refusal(tokio::time::Instant::now())
+                    {
                         tracing::warn!(
                             max_connections = max,
                             refused,
@@ -216,7 +217,8 @@ where
                     return None;
                 }
                 Err(Full::Peer) => {
-                    if let Some(refused) = open.refusals.log_now(tokio::time::Instant::now()) {
+                    if let Some(refused) = open.refusals.count_refusal(tokio::time::Instant::now())
+                    {
                         tracing::warn!(
                             peer = ?peer,
                             max_connections_per_peer = per_peer,
@@ -320,7 +322,7 @@ struct Refusals {
 impl Refusals {
     /// Counts a refusal; `Some(n)` when it is time to log the `n` refused
     /// since the last line (this one included).
-    fn log_now(&self, now: tokio::time::Instant) -> Option<u64> {
+    fn count_refusal(&self, now: tokio::time::Instant) -> Option<u64> {
         let refused = self.since_logged.fetch_add(1, Ordering::AcqRel) + 1;
         let mut last = self.last_logged.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_some_and(|at| now.duration_since(at) < REFUSALS_LOGGED_EVERY) {
@@ -359,7 +361,7 @@ impl Open {
         peer: Option<std::net::IpAddr>,
         max: usize,
         per_peer: usize,
-    ) -> Result<Slot, Full> {
+    ) -> Result<ConnectionSlot, Full> {
         if self.all.fetch_add(1, Ordering::AcqRel) >= max {
             self.all.fetch_sub(1, Ordering::AcqRel);
             return Err(Full::Server);
@@ -372,7 +374,7 @@ impl Open {
             Some(held) => held,
             None => None,
         };
-        Ok(Slot {
+        Ok(ConnectionSlot {
             open: self.clone(),
             _peer: held,
         })
@@ -380,12 +382,12 @@ impl Open {
 }
 
 /// A connection's place under the caps, given back when it closes.
-struct Slot {
+struct ConnectionSlot {
     open: Arc<Open>,
     _peer: Option<PeerHeld>,
 }
 
-impl Drop for Slot {
+impl Drop for ConnectionSlot {
     fn drop(&mut self) {
         self.open.all.fetch_sub(1, Ordering::AcqRel);
     }
@@ -448,7 +450,7 @@ impl Handshake {
 /// SendMessage: 1.2 writes per response before, a fraction after).
 pub struct Conn {
     stream: TcpStream,
-    _slot: Slot,
+    _slot: ConnectionSlot,
     handshake: Option<Handshake>,
 }
 
@@ -910,7 +912,8 @@ impl Activity {
 struct InFlight(Arc<Activity>);
 
 impl InFlight {
-    fn new(activity: Arc<Activity>) -> Self {
+    /// Counts a request in flight on the connection until dropped.
+    fn start(activity: Arc<Activity>) -> Self {
         activity.open.fetch_add(1, Ordering::AcqRel);
         InFlight(activity)
     }
@@ -958,7 +961,7 @@ where
     }
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
-        let in_flight = InFlight::new(self.activity.clone());
+        let in_flight = InFlight::start(self.activity.clone());
         let deadline = Instant::now() + self.connect_info.body_timeout;
         let mut request = request.map(|body| TimedBody {
             inner: body,
@@ -1067,14 +1070,14 @@ mod tests {
     fn refusals_are_logged_at_most_once_a_second() {
         let refusals = Refusals::default();
         let start = tokio::time::Instant::now();
-        assert_eq!(refusals.log_now(start), Some(1));
+        assert_eq!(refusals.count_refusal(start), Some(1));
         for i in 1..1000 {
             let now = start + Duration::from_micros(i);
-            assert_eq!(refusals.log_now(now), None);
+            assert_eq!(refusals.count_refusal(now), None);
         }
         let later = start + REFUSALS_LOGGED_EVERY;
-        assert_eq!(refusals.log_now(later), Some(1000));
-        assert_eq!(refusals.log_now(later), None);
+        assert_eq!(refusals.count_refusal(later), Some(1000));
+        assert_eq!(refusals.count_refusal(later), None);
     }
 
     #[test]

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::egress::{Egress, Target};
+use super::egress::{Egress, WebhookTarget};
 use super::fenced::{Fenced, WriteUntil};
 use crate::lifecycle::Protocol;
 use crate::proto::{StreamResponse, TaskPushNotificationConfig};
@@ -122,9 +122,9 @@ impl Default for Settings {
     }
 }
 
-/// What one attempt came to.
+/// What one attempt's POST came to.
 #[derive(Debug, PartialEq, Eq)]
-enum Outcome {
+enum PostOutcome {
     /// A 2xx answer.
     Delivered,
     /// Worth another try, after at least this long if the webhook said.
@@ -215,14 +215,14 @@ impl Hosts {
     /// [`backoff`] of its consecutive failures (counted once per down
     /// period, however many attempts were in flight); any answer brings
     /// it back up.
-    fn leave(&mut self, host: &Arc<str>, outcome: &Outcome, now: Instant) {
+    fn leave(&mut self, host: &Arc<str>, outcome: &PostOutcome, now: Instant) {
         if let Some(n) = self.per_host.get_mut(host) {
             *n -= 1;
             if *n == 0 {
                 self.per_host.remove(host);
             }
         }
-        if !matches!(outcome, Outcome::Unreachable(_)) {
+        if !matches!(outcome, PostOutcome::Unreachable(_)) {
             self.down.remove(host);
             return;
         }
@@ -241,9 +241,9 @@ impl Hosts {
     }
 }
 
-/// What an attempt came to, for the schedule.
+/// What an attempt came to for its outbox entry, for the schedule.
 #[derive(Debug, PartialEq, Eq)]
-enum Done {
+enum DeliveryOutcome {
     /// The entry left the outbox: delivered, refused, given up, or its
     /// config is gone.
     Finished,
@@ -259,7 +259,7 @@ enum Done {
 /// it gave back.
 struct Ended {
     key: QueueKey,
-    done: Done,
+    done: DeliveryOutcome,
     freed: Option<Arc<str>>,
 }
 
@@ -310,11 +310,12 @@ impl Schedule {
         let queue = self.queues.entry(key.clone()).or_default();
         queue.push_back(delivery);
         if queue.len() == 1 {
-            self.at(key, not_before, now_ms);
+            self.queue_at(key, not_before, now_ms);
         }
     }
 
-    fn at(&mut self, key: QueueKey, not_before_ms: i64, now_ms: i64) {
+    /// Puts the queue in `ready`, or among the timers until its time.
+    fn queue_at(&mut self, key: QueueKey, not_before_ms: i64, now_ms: i64) {
         if not_before_ms <= now_ms {
             self.ready.push_back(key);
         } else {
@@ -336,10 +337,11 @@ impl Schedule {
         None
     }
 
-    /// The next head to attempt, while fewer than [`MAX_IN_FLIGHT`] are
-    /// and its principal has fewer than [`MAX_IN_FLIGHT_PER_PRINCIPAL`]
-    /// (else the queue waits for one of them to end).
-    fn next(&mut self) -> Option<Delivery> {
+    /// The next head to attempt, counted in flight from now on, while
+    /// fewer than [`MAX_IN_FLIGHT`] are and its principal has fewer than
+    /// [`MAX_IN_FLIGHT_PER_PRINCIPAL`] (else the queue waits for one of
+    /// them to end).
+    fn start_next(&mut self) -> Option<Delivery> {
         while self.in_flight.len() < MAX_IN_FLIGHT {
             let key = self.ready.pop_front()?;
             let Some(head) = self.queues.get(&key).and_then(|q| q.front()) else {
@@ -465,7 +467,7 @@ impl Schedule {
             self.unpark(&host, 1);
         }
         match done {
-            Done::Finished => {
+            DeliveryOutcome::Finished => {
                 let Some(done) = self.queues.get_mut(&key).and_then(|q| q.pop_front()) else {
                     return;
                 };
@@ -473,7 +475,7 @@ impl Schedule {
                 match self.queues.get(&key).and_then(|q| q.front()) {
                     Some(next) => {
                         let not_before = next.not_before_ms;
-                        self.at(key, not_before, now_ms);
+                        self.queue_at(key, not_before, now_ms);
                     }
                     None => {
                         self.queues.remove(&key);
@@ -481,7 +483,7 @@ impl Schedule {
                     }
                 }
             }
-            Done::Deferred {
+            DeliveryOutcome::Deferred {
                 attempts,
                 not_before_ms,
             } => {
@@ -489,9 +491,9 @@ impl Schedule {
                     head.attempts = attempts;
                     head.not_before_ms = not_before_ms;
                 }
-                self.at(key, not_before_ms, now_ms);
+                self.queue_at(key, not_before_ms, now_ms);
             }
-            Done::Parked(host) => {
+            DeliveryOutcome::Parked(host) => {
                 // Its slot may have come free before this was heard.
                 let full = lock(hosts).is_full(&host);
                 if full {
@@ -500,8 +502,8 @@ impl Schedule {
                     self.ready.push_back(key);
                 }
             }
-            Done::StoreFailed => {
-                self.at(key, now_ms + POLL_EVERY.as_millis() as i64, now_ms);
+            DeliveryOutcome::StoreFailed => {
+                self.queue_at(key, now_ms + POLL_EVERY.as_millis() as i64, now_ms);
             }
         }
     }
@@ -574,12 +576,12 @@ impl Tenure {
     /// Held for ever: a store of one process.
     fn for_ever() -> Self {
         let tenure = Tenure::new(None);
-        tenure.held(Instant::now());
+        tenure.record_hold(Instant::now());
         tenure
     }
 
     /// A hold sent at `sent` succeeded.
-    fn held(&self, sent: Instant) {
+    fn record_hold(&self, sent: Instant) {
         let until = match self.lease {
             None => u64::MAX,
             Some(lease) => {
@@ -639,7 +641,7 @@ pub async fn deliver_while_held(
             let sent = Instant::now();
             match store.hold(DELIVERY_ROLE).await {
                 Ok(true) => {
-                    tenure.held(sent);
+                    tenure.record_hold(sent);
                     break;
                 }
                 Ok(false) => {}
@@ -667,7 +669,7 @@ pub async fn deliver_while_held(
             let sent = Instant::now();
             match store.hold(DELIVERY_ROLE).await {
                 Ok(true) => {
-                    tenure.held(sent);
+                    tenure.record_hold(sent);
                     continue;
                 }
                 Ok(false) => tracing::info!("another replica delivers push notifications now"),
@@ -759,7 +761,7 @@ impl Dispatcher {
                 });
             }
             let next_timer = schedule.wake(now_ms());
-            while let Some(delivery) = schedule.next() {
+            while let Some(delivery) = schedule.start_next() {
                 let (store, settings, hosts, pool, ended, tenure) = (
                     self.store.clone(),
                     self.settings.clone(),
@@ -779,7 +781,7 @@ impl Dispatcher {
                         .await
                         .unwrap_or_else(|_| {
                             tracing::error!("push delivery attempt panicked; retrying");
-                            (Done::StoreFailed, None)
+                            (DeliveryOutcome::StoreFailed, None)
                         });
                     let _ = ended.send(Ended { key, done, freed });
                 });
@@ -803,7 +805,7 @@ impl Dispatcher {
                     // go by itself; then every host with room does.
                     let mut slotless = false;
                     for ended in std::iter::once(ended).chain(std::iter::from_fn(|| ended_rx.try_recv().ok())) {
-                        slotless |= ended.freed.is_none() && !matches!(ended.done, Done::Parked(_));
+                        slotless |= ended.freed.is_none() && !matches!(ended.done, DeliveryOutcome::Parked(_));
                         schedule.ended(ended, &self.hosts, now);
                     }
                     if slotless {
@@ -849,7 +851,7 @@ async fn attempt(
     pool: &Pool,
     tenure: &Tenure,
     delivery: Delivery,
-) -> (Done, Option<Arc<str>>) {
+) -> (DeliveryOutcome, Option<Arc<str>>) {
     // The config, the version of the client that set it, and the trace of
     // the run that last wrote the task.
     let found = match store.get(&delivery.tenant, &delivery.task_id).await {
@@ -864,7 +866,7 @@ async fn attempt(
         }),
         Err(e) => {
             tracing::warn!(error = %e, "push delivery: task unreadable; retrying");
-            return (Done::StoreFailed, None);
+            return (DeliveryOutcome::StoreFailed, None);
         }
     };
     // Deleted (or the task purged): nothing more goes to it.
@@ -877,25 +879,25 @@ async fn attempt(
     // holder must never deliver beside it (tried again after POLL_EVERY,
     // by this process if it renews the role, else by the next holder).
     if tenure.held_for(store) < settings.timeout {
-        return (Done::StoreFailed, None);
+        return (DeliveryOutcome::StoreFailed, None);
     }
     // Its connection writes nothing after this (a pause mid-attempt must
     // not put a stale request on the wire once another holder may exist).
     let deadline = Instant::now() + settings.timeout;
     let gate = lock(hosts).enter(&host, Instant::now());
     let (outcome, freed) = match gate {
-        Gate::Full => return (Done::Parked(host), None),
+        Gate::Full => return (DeliveryOutcome::Parked(host), None),
         // Counted as an attempt, so a dead host's backlog is given up in
         // time without a connection per notification.
         Gate::Down(left) => (
-            Outcome::Retry {
+            PostOutcome::Retry {
                 why: "the host did not answer lately".into(),
                 after: Some(left),
             },
             None,
         ),
         Gate::Go => {
-            let slot = Slot {
+            let slot = HostSlot {
                 hosts,
                 host: host.clone(),
                 left: false,
@@ -921,23 +923,23 @@ async fn attempt(
 
 /// A host slot taken by an attempt: given back with the outcome, or, if
 /// the attempt unwinds, as if the host had answered.
-struct Slot<'a> {
+struct HostSlot<'a> {
     hosts: &'a Mutex<Hosts>,
     host: Arc<str>,
     left: bool,
 }
 
-impl Slot<'_> {
-    fn leave(mut self, outcome: &Outcome) {
+impl HostSlot<'_> {
+    fn leave(mut self, outcome: &PostOutcome) {
         self.left = true;
         lock(self.hosts).leave(&self.host, outcome, Instant::now());
     }
 }
 
-impl Drop for Slot<'_> {
+impl Drop for HostSlot<'_> {
     fn drop(&mut self) {
         if !self.left {
-            let unwound = Outcome::Final(String::new());
+            let unwound = PostOutcome::Final(String::new());
             lock(self.hosts).leave(&self.host, &unwound, Instant::now());
         }
     }
@@ -950,12 +952,12 @@ impl Drop for Slot<'_> {
 /// terminal one included, by whoever delivers next (measured by the fault
 /// harness: a stale WORKING after COMPLETED, after a 0.6 s cut from the
 /// database).
-async fn finish(store: &dyn TaskStore, delivery: &Delivery) -> Done {
+async fn finish(store: &dyn TaskStore, delivery: &Delivery) -> DeliveryOutcome {
     match store.finish_delivery(delivery.seq).await {
-        Ok(()) => Done::Finished,
+        Ok(()) => DeliveryOutcome::Finished,
         Err(e) => {
             tracing::warn!(error = %e, seq = delivery.seq, "push outbox entry not removed; it is sent again before the next");
-            Done::StoreFailed
+            DeliveryOutcome::StoreFailed
         }
     }
 }
@@ -987,24 +989,24 @@ async fn record(
     settings: &Settings,
     delivery: &Delivery,
     config: &TaskPushNotificationConfig,
-    outcome: Outcome,
-) -> Done {
+    outcome: PostOutcome,
+) -> DeliveryOutcome {
     let host = super::egress::parse(&config.url)
         .map(|t| t.host)
         .unwrap_or_default();
     let attempts = delivery.attempts + 1;
     let (why, after) = match outcome {
-        Outcome::Delivered => {
+        PostOutcome::Delivered => {
             count(settings, |m| m.ended("delivered"));
             return finish(store, delivery).await;
         }
-        Outcome::Final(why) => {
+        PostOutcome::Final(why) => {
             tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, "push notification refused; not retried");
             count(settings, |m| m.ended("refused"));
             return finish(store, delivery).await;
         }
-        Outcome::Retry { why, after } => (why, after),
-        Outcome::Unreachable(why) => (why, None),
+        PostOutcome::Retry { why, after } => (why, after),
+        PostOutcome::Unreachable(why) => (why, None),
     };
     if attempts >= settings.max_attempts {
         tracing::warn!(task = %delivery.task_id, config = %config.id, %host, %why, attempts, "push notification given up");
@@ -1025,7 +1027,7 @@ async fn record(
     {
         tracing::warn!(error = %e, seq = delivery.seq, "push outbox retry not recorded");
     }
-    Done::Deferred {
+    DeliveryOutcome::Deferred {
         attempts,
         not_before_ms,
     }
@@ -1063,7 +1065,7 @@ async fn post(
     webhook: Webhook<'_>,
     event: &[u8],
     deadline: Instant,
-) -> Outcome {
+) -> PostOutcome {
     use prost::Message as _;
     let body = match StreamResponse::decode(event)
         .map_err(|e| e.to_string())
@@ -1072,12 +1074,12 @@ async fn post(
             _ => crate::json::to_string(&e).map_err(|e| e.to_string()),
         }) {
         Ok(body) => body,
-        Err(e) => return Outcome::Final(format!("the stored event does not encode: {e}")),
+        Err(e) => return PostOutcome::Final(format!("the stored event does not encode: {e}")),
     };
     let send = send(settings, pool, host, webhook, body, deadline);
     match tokio::time::timeout(settings.timeout, send).await {
         Ok(outcome) => outcome,
-        Err(_) => Outcome::Unreachable(format!("no answer within {:?}", settings.timeout)),
+        Err(_) => PostOutcome::Unreachable(format!("no answer within {:?}", settings.timeout)),
     }
 }
 
@@ -1088,10 +1090,10 @@ async fn send(
     webhook: Webhook<'_>,
     body: String,
     deadline: Instant,
-) -> Outcome {
+) -> PostOutcome {
     let target = match super::egress::parse(&webhook.config.url) {
         Ok(target) => target,
-        Err(e) => return Outcome::Final(e.to_string()),
+        Err(e) => return PostOutcome::Final(e.to_string()),
     };
     let body = bytes::Bytes::from(body);
     let build = || request(&target, webhook, body.clone());
@@ -1100,7 +1102,7 @@ async fn send(
     if let Some((sender, until)) = pool.take(host) {
         let request = match build() {
             Ok(request) => request,
-            Err(e) => return Outcome::Final(e),
+            Err(e) => return PostOutcome::Final(e),
         };
         until.set(deadline);
         if let Ok((answer, sender)) = exchange(sender, request).await {
@@ -1112,22 +1114,24 @@ async fn send(
     // rebinding gets nowhere).
     let addrs = match settings.egress.resolve(&target).await {
         Ok(addrs) => addrs,
-        Err(e @ super::egress::UrlError::Refused { .. }) => return Outcome::Final(e.to_string()),
-        Err(e) => return Outcome::Unreachable(e.to_string()),
+        Err(e @ super::egress::UrlError::Refused { .. }) => {
+            return PostOutcome::Final(e.to_string());
+        }
+        Err(e) => return PostOutcome::Unreachable(e.to_string()),
     };
     let until = WriteUntil::new(deadline);
     let tcp = match connect(&addrs).await {
         Ok(tcp) => Fenced::new(tcp, until.clone()),
-        Err(e) => return Outcome::Unreachable(format!("connect: {e}")),
+        Err(e) => return PostOutcome::Unreachable(format!("connect: {e}")),
     };
     let request = match build() {
         Ok(request) => request,
-        Err(e) => return Outcome::Final(e),
+        Err(e) => return PostOutcome::Final(e),
     };
     let sender = if target.https {
         match tls(&target, tcp).await {
             Ok(stream) => handshake(stream).await,
-            Err(e) => return Outcome::Unreachable(format!("TLS: {e}")),
+            Err(e) => return PostOutcome::Unreachable(format!("TLS: {e}")),
         }
     } else {
         handshake(tcp).await
@@ -1141,7 +1145,7 @@ async fn send(
             pool.keep(host, sender, until);
             classify(&answer)
         }
-        Err(e) => Outcome::Unreachable(e),
+        Err(e) => PostOutcome::Unreachable(e),
     }
 }
 
@@ -1215,7 +1219,10 @@ async fn connect(addrs: &[std::net::SocketAddr]) -> std::io::Result<tokio::net::
     Err(last.unwrap_or_else(|| std::io::Error::other("no address")))
 }
 
-async fn tls<IO>(target: &Target, tcp: IO) -> Result<tokio_rustls::client::TlsStream<IO>, String>
+async fn tls<IO>(
+    target: &WebhookTarget,
+    tcp: IO,
+) -> Result<tokio_rustls::client::TlsStream<IO>, String>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -1245,7 +1252,7 @@ where
 /// The POST: the config's credentials as `Authorization`, its token as
 /// [`TOKEN_HEADER`], the run's trace as `traceparent`.
 fn request(
-    target: &Target,
+    target: &WebhookTarget,
     webhook: Webhook<'_>,
     body: bytes::Bytes,
 ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, String> {
@@ -1343,17 +1350,17 @@ fn retry_after(value: &str) -> Option<Duration> {
 
 /// 2xx: delivered; 408, 429, 5xx: retried; anything else (a redirect
 /// included) is final.
-fn classify((status, after): &(http::StatusCode, Option<Duration>)) -> Outcome {
+fn classify((status, after): &(http::StatusCode, Option<Duration>)) -> PostOutcome {
     let code = status.as_u16();
     if status.is_success() {
-        Outcome::Delivered
+        PostOutcome::Delivered
     } else if code == 408 || code == 429 || status.is_server_error() {
-        Outcome::Retry {
+        PostOutcome::Retry {
             why: format!("answered {code}"),
             after: *after,
         }
     } else {
-        Outcome::Final(format!("answered {code}"))
+        PostOutcome::Final(format!("answered {code}"))
     }
 }
 
@@ -1371,13 +1378,13 @@ mod tests {
     fn answers_are_classified_by_status() {
         let class = |code: u16| classify(&(http::StatusCode::from_u16(code).unwrap(), None));
         for code in [200, 201, 202, 204] {
-            assert_eq!(class(code), Outcome::Delivered, "{code}");
+            assert_eq!(class(code), PostOutcome::Delivered, "{code}");
         }
         for code in [408, 429, 500, 502, 503, 504] {
-            assert!(matches!(class(code), Outcome::Retry { .. }), "{code}");
+            assert!(matches!(class(code), PostOutcome::Retry { .. }), "{code}");
         }
         for code in [301, 302, 307, 400, 401, 403, 404, 410, 422] {
-            assert!(matches!(class(code), Outcome::Final(_)), "{code}");
+            assert!(matches!(class(code), PostOutcome::Final(_)), "{code}");
         }
     }
 
@@ -1424,7 +1431,7 @@ mod tests {
         // In time: delivered, and its connection kept.
         assert_eq!(
             post(Instant::now() + wait).await.unwrap(),
-            Outcome::Delivered
+            PostOutcome::Delivered
         );
         tokio::time::timeout(wait, received.recv())
             .await
@@ -1432,12 +1439,12 @@ mod tests {
             .unwrap();
         // Too late: the kept connection refuses to write, then a new one.
         let late = post(Instant::now()).await.unwrap();
-        assert!(matches!(late, Outcome::Unreachable(_)), "{late:?}");
+        assert!(matches!(late, PostOutcome::Unreachable(_)), "{late:?}");
         // The next attempt in time is delivered, and it is the only other
         // notification the webhook got.
         assert_eq!(
             post(Instant::now() + wait).await.unwrap(),
-            Outcome::Delivered
+            PostOutcome::Delivered
         );
         tokio::time::timeout(wait, received.recv())
             .await
@@ -1496,7 +1503,7 @@ mod tests {
         seq += 1;
         schedule.add(owned_entry(seq, "other", "other"), 0);
         let mut started = Vec::new();
-        while let Some(d) = schedule.next() {
+        while let Some(d) = schedule.start_next() {
             started.push(d);
         }
         let hog = started.iter().filter(|d| d.owner == "hog").count();
@@ -1504,10 +1511,10 @@ mod tests {
         assert!(started.iter().any(|d| d.owner == "other"), "the other went");
         // One of the hog's ends: one more of its own goes.
         let first = started.remove(0);
-        schedule.ended(ended(&first, Done::Finished), &hosts, 0);
-        let next = schedule.next().expect("the hog's next");
+        schedule.ended(ended(&first, DeliveryOutcome::Finished), &hosts, 0);
+        let next = schedule.start_next().expect("the hog's next");
         assert_eq!(next.owner, "hog");
-        assert!(schedule.next().is_none());
+        assert!(schedule.start_next().is_none());
     }
 
     /// With the backlog full, a principal over its share gives up its
@@ -1527,7 +1534,7 @@ mod tests {
             schedule.add(owned_entry(seq, &format!("small-{i}"), "small"), 0);
         }
         assert!(!schedule.can_read());
-        let in_flight: Vec<Delivery> = std::iter::from_fn(|| schedule.next()).collect();
+        let in_flight: Vec<Delivery> = std::iter::from_fn(|| schedule.start_next()).collect();
         let shed = schedule.shed();
         assert!(shed.iter().all(|d| d.owner == "hog"), "only the hog's");
         assert_eq!(
@@ -1544,7 +1551,7 @@ mod tests {
         assert_eq!(schedule.loaded, MAX_LOADED_PER_PRINCIPAL + 100);
     }
 
-    fn ended(delivery: &Delivery, done: Done) -> Ended {
+    fn ended(delivery: &Delivery, done: DeliveryOutcome) -> Ended {
         Ended {
             key: queue_of(delivery),
             done,
@@ -1560,17 +1567,20 @@ mod tests {
             schedule.add(entry(seq, task), 0);
         }
         assert_eq!(schedule.read_up_to, 4);
-        let first = schedule.next().unwrap();
-        let second = schedule.next().unwrap();
+        let first = schedule.start_next().unwrap();
+        let second = schedule.start_next().unwrap();
         assert_eq!((first.seq, second.seq), (1, 3), "one head per queue");
-        assert!(schedule.next().is_none(), "a's next waits for its head");
-        schedule.ended(ended(&first, Done::Finished), &hosts, 0);
-        assert_eq!(schedule.next().unwrap().seq, 2);
+        assert!(
+            schedule.start_next().is_none(),
+            "a's next waits for its head"
+        );
+        schedule.ended(ended(&first, DeliveryOutcome::Finished), &hosts, 0);
+        assert_eq!(schedule.start_next().unwrap().seq, 2);
         // A retry waits for its time and holds no slot meanwhile.
         schedule.ended(
             ended(
                 &second,
-                Done::Deferred {
+                DeliveryOutcome::Deferred {
                     attempts: 1,
                     not_before_ms: 500,
                 },
@@ -1578,10 +1588,10 @@ mod tests {
             &hosts,
             0,
         );
-        assert!(schedule.next().is_none());
+        assert!(schedule.start_next().is_none());
         assert_eq!(schedule.wake(100), Some(Duration::from_millis(400)));
         assert_eq!(schedule.wake(500), None);
-        let retried = schedule.next().unwrap();
+        let retried = schedule.start_next().unwrap();
         assert_eq!((retried.seq, retried.attempts), (3, 1));
         assert_eq!(schedule.loaded, 3);
     }
@@ -1592,30 +1602,42 @@ mod tests {
         let host: Arc<str> = "http://a:80".into();
         let mut schedule = Schedule::default();
         schedule.add(entry(1, "a"), 0);
-        let head = schedule.next().unwrap();
+        let head = schedule.start_next().unwrap();
         for _ in 0..MAX_IN_FLIGHT_PER_HOST {
             assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Go);
         }
         assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Full);
-        schedule.ended(ended(&head, Done::Parked(host.clone())), &hosts, 0);
-        assert!(schedule.next().is_none(), "waits for its host");
-        lock(&hosts).leave(&host, &Outcome::Delivered, Instant::now());
+        schedule.ended(
+            ended(&head, DeliveryOutcome::Parked(host.clone())),
+            &hosts,
+            0,
+        );
+        assert!(schedule.start_next().is_none(), "waits for its host");
+        lock(&hosts).leave(&host, &PostOutcome::Delivered, Instant::now());
         schedule.unpark(&host, 1);
-        assert_eq!(schedule.next().unwrap().seq, 1);
+        assert_eq!(schedule.start_next().unwrap().seq, 1);
         // Parked after its host had room again: it goes at once.
-        schedule.ended(ended(&head, Done::Parked(host.clone())), &hosts, 0);
-        assert_eq!(schedule.next().unwrap().seq, 1);
+        schedule.ended(
+            ended(&head, DeliveryOutcome::Parked(host.clone())),
+            &hosts,
+            0,
+        );
+        assert_eq!(schedule.start_next().unwrap().seq, 1);
         // Parked while full; the slot comes free without the schedule
         // hearing of it (the attempt that had it went elsewhere): the
         // look at every parked host lets it go.
         assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Go);
         assert_eq!(lock(&hosts).enter(&host, Instant::now()), Gate::Full);
-        schedule.ended(ended(&head, Done::Parked(host.clone())), &hosts, 0);
+        schedule.ended(
+            ended(&head, DeliveryOutcome::Parked(host.clone())),
+            &hosts,
+            0,
+        );
         schedule.unpark_all(&hosts);
-        assert!(schedule.next().is_none(), "still full");
-        lock(&hosts).leave(&host, &Outcome::Delivered, Instant::now());
+        assert!(schedule.start_next().is_none(), "still full");
+        lock(&hosts).leave(&host, &PostOutcome::Delivered, Instant::now());
         schedule.unpark_all(&hosts);
-        assert_eq!(schedule.next().unwrap().seq, 1);
+        assert_eq!(schedule.start_next().unwrap().seq, 1);
     }
 
     #[test]
@@ -1626,14 +1648,14 @@ mod tests {
         big.event = vec![0; MAX_LOADED_BYTES];
         schedule.add(big, 0);
         assert!(!schedule.can_read(), "a full byte budget stops reading");
-        let head = schedule.next().unwrap();
-        schedule.ended(ended(&head, Done::StoreFailed), &hosts, 0);
-        assert!(schedule.next().is_none());
+        let head = schedule.start_next().unwrap();
+        schedule.ended(ended(&head, DeliveryOutcome::StoreFailed), &hosts, 0);
+        assert!(schedule.start_next().is_none());
         let poll = POLL_EVERY.as_millis() as i64;
         assert_eq!(schedule.wake(poll - 1), Some(Duration::from_millis(1)));
         assert_eq!(schedule.wake(poll), None);
-        let head = schedule.next().unwrap();
-        schedule.ended(ended(&head, Done::Finished), &hosts, poll);
+        let head = schedule.start_next().unwrap();
+        schedule.ended(ended(&head, DeliveryOutcome::Finished), &hosts, poll);
         assert!(schedule.can_read(), "room again");
         assert_eq!((schedule.loaded, schedule.loaded_bytes), (0, 0));
     }
@@ -1643,7 +1665,7 @@ mod tests {
         let mut hosts = Hosts::default();
         let host: Arc<str> = "http://dead:80".into();
         let now = Instant::now();
-        let unreachable = Outcome::Unreachable("connect: refused".into());
+        let unreachable = PostOutcome::Unreachable("connect: refused".into());
         assert_eq!(hosts.enter(&host, now), Gate::Go);
         assert_eq!(hosts.enter(&host, now), Gate::Go);
         hosts.leave(&host, &unreachable, now);
@@ -1667,7 +1689,7 @@ mod tests {
         // Any answer, even a refusal, brings it back.
         let after = later + second;
         assert_eq!(hosts.enter(&host, after), Gate::Go);
-        hosts.leave(&host, &Outcome::Final("answered 404".into()), after);
+        hosts.leave(&host, &PostOutcome::Final("answered 404".into()), after);
         assert_eq!(hosts.enter(&host, after), Gate::Go);
         assert!(!hosts.is_full(&host));
     }
