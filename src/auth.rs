@@ -480,8 +480,9 @@ impl Authenticator {
 
     /// Records a failed authentication from `peer`; how long to wait
     /// before answering it ([`FailureLimiter`]).
-    pub fn failed(&self, peer: std::net::IpAddr) -> std::time::Duration {
-        self.failures.failed(peer, std::time::Instant::now())
+    pub fn record_failure(&self, peer: std::net::IpAddr) -> std::time::Duration {
+        self.failures
+            .record_failure(peer, std::time::Instant::now())
     }
 
     /// What every refused credential gets, wherever it was offered (an
@@ -502,7 +503,7 @@ impl Authenticator {
             metrics.auth.failed(error.kind());
         }
         if let Some(peer) = peer {
-            let delay = self.failed(peer.ip());
+            let delay = self.record_failure(peer.ip());
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -820,7 +821,11 @@ struct Failures {
 impl FailureLimiter {
     /// Records a failure from `peer` at `now`; how long to wait before
     /// answering it.
-    pub fn failed(&self, peer: std::net::IpAddr, now: std::time::Instant) -> std::time::Duration {
+    pub fn record_failure(
+        &self,
+        peer: std::net::IpAddr,
+        now: std::time::Instant,
+    ) -> std::time::Duration {
         // An IPv6 host holds a /64: its addresses are one peer.
         let peer = crate::connections::peer_key(peer);
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
@@ -871,30 +876,38 @@ mod tests {
         let peer = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
         let start = Instant::now();
         for _ in 0..FREE_FAILURES {
-            assert_eq!(limiter.failed(peer, start), Duration::ZERO);
+            assert_eq!(limiter.record_failure(peer, start), Duration::ZERO);
         }
-        let delays: Vec<_> = (0..6).map(|_| limiter.failed(peer, start)).collect();
+        let delays: Vec<_> = (0..6)
+            .map(|_| limiter.record_failure(peer, start))
+            .collect();
         assert_eq!(
             delays,
             [100, 200, 400, 800, 1600, 2000].map(Duration::from_millis)
         );
         // Another address is not affected.
         let other = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2));
-        assert_eq!(limiter.failed(other, start), Duration::ZERO);
+        assert_eq!(limiter.record_failure(other, start), Duration::ZERO);
         // An IPv6 host's addresses are one peer (its /64); another /64 is
         // another peer.
         let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
         for i in 0..FREE_FAILURES {
             let addr = v6(&format!("2001:db8:1:2::{i:x}"));
-            assert_eq!(limiter.failed(addr, start), Duration::ZERO);
+            assert_eq!(limiter.record_failure(addr, start), Duration::ZERO);
         }
         assert_eq!(
-            limiter.failed(v6("2001:db8:1:2:ffff::9"), start),
+            limiter.record_failure(v6("2001:db8:1:2:ffff::9"), start),
             FIRST_DELAY
         );
-        assert_eq!(limiter.failed(v6("2001:db8:1:3::1"), start), Duration::ZERO);
+        assert_eq!(
+            limiter.record_failure(v6("2001:db8:1:3::1"), start),
+            Duration::ZERO
+        );
         // A new window starts afresh.
-        assert_eq!(limiter.failed(peer, start + FAILURE_WINDOW), Duration::ZERO);
+        assert_eq!(
+            limiter.record_failure(peer, start + FAILURE_WINDOW),
+            Duration::ZERO
+        );
     }
 
     #[test]
@@ -903,7 +916,7 @@ mod tests {
         let start = Instant::now();
         for i in 0..(MAX_TRACKED_PEERS as u32 + 100) {
             let ip = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
-            limiter.failed(ip, start + Duration::from_millis(i as u64));
+            limiter.record_failure(ip, start + Duration::from_millis(i as u64));
         }
         assert_eq!(limiter.tracked(), MAX_TRACKED_PEERS);
     }

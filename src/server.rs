@@ -28,7 +28,6 @@ use crate::service::web::HttpBindings;
 use crate::service::{A2aApi, A2aGrpc, Binding};
 use crate::store::TaskStore;
 
-pub use crate::connections::UnvectoredTcp;
 pub use crate::proto::MAX_MESSAGE_BYTES;
 
 /// Everything a server needs.

@@ -56,7 +56,7 @@ pub enum UrlError {
 
 /// A checked webhook target: what a delivery connects to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub struct WebhookTarget {
     pub https: bool,
     /// The host as written (a name, or an address without brackets).
     pub host: String,
@@ -94,7 +94,7 @@ impl Egress {
     /// not resolve now (a DNS failure, a name only the webhook's network
     /// knows) is taken: every delivery resolves it again and connects only
     /// to what [`Egress::resolve`] permits then.
-    pub async fn check_url(&self, url: &str) -> Result<Target, UrlError> {
+    pub async fn check_url(&self, url: &str) -> Result<WebhookTarget, UrlError> {
         let target = parse(url)?;
         let addrs = match lookup(&target).await {
             Ok(addrs) => addrs,
@@ -114,7 +114,7 @@ impl Egress {
 
     /// The addresses a delivery to `target` may connect to, resolved now:
     /// those the policy permits. An error when none is left.
-    pub async fn resolve(&self, target: &Target) -> Result<Vec<SocketAddr>, UrlError> {
+    pub async fn resolve(&self, target: &WebhookTarget) -> Result<Vec<SocketAddr>, UrlError> {
         let addrs = lookup(target).await?;
         let mut first_refused = None;
         let permitted: Vec<SocketAddr> = addrs
@@ -142,7 +142,7 @@ impl Egress {
 }
 
 /// Parses a webhook URL (no resolution).
-pub fn parse(url: &str) -> Result<Target, UrlError> {
+pub fn parse(url: &str) -> Result<WebhookTarget, UrlError> {
     if url.len() > MAX_URL_BYTES {
         return Err(UrlError::TooLong);
     }
@@ -171,11 +171,11 @@ pub fn parse(url: &str) -> Result<Target, UrlError> {
         return Err(UrlError::HostTooLong);
     }
     let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
-    Ok(Target { https, host, port })
+    Ok(WebhookTarget { https, host, port })
 }
 
 /// The target's addresses: the address itself, or the name resolved.
-async fn lookup(target: &Target) -> Result<Vec<SocketAddr>, UrlError> {
+async fn lookup(target: &WebhookTarget) -> Result<Vec<SocketAddr>, UrlError> {
     if let Ok(ip) = target.host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, target.port)]);
     }
@@ -404,7 +404,7 @@ mod tests {
     fn urls_are_http_or_https_with_a_host_and_no_user_information() {
         assert_eq!(
             parse("https://hooks.example.test/a2a").unwrap(),
-            Target {
+            WebhookTarget {
                 https: true,
                 host: "hooks.example.test".into(),
                 port: 443

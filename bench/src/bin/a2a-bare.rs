@@ -34,7 +34,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use a2a_lifecycle::server::UnvectoredTcp;
 use a2a_lifecycle::wkt::Timestamp;
 use clap::Parser;
 use futures_util::Stream;
@@ -57,6 +56,10 @@ use a2a_lifecycle::proto::{
     send_message_response, stream_response::Payload,
 };
 use a2a_lifecycle::server::{MAX_MESSAGE_BYTES, shutdown_signal};
+
+#[path = "a2a-bare/unvectored.rs"]
+mod unvectored;
+use unvectored::UnvectoredTcp;
 
 /// The same allocator as the `a2a-lifecycle` binary (mimalloc), so the
 /// benchmark's ratios compare code, not allocators.
