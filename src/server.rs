@@ -8,6 +8,10 @@
 //! executors, then the server stops accepting and drains in-flight calls
 //! ([`crate::connections::serve`]).
 
+mod by_content_type;
+mod input_waits;
+mod process;
+
 use std::future::Future;
 use std::sync::Arc;
 
@@ -27,9 +31,12 @@ use crate::runtime::{RuntimeConfig, TaskManager};
 use crate::service::web::HttpBindings;
 use crate::service::{A2aApi, A2aGrpc, Binding};
 use crate::store::TaskStore;
+use by_content_type::ByContentType;
+use input_waits::sweep_input_waits;
 
 pub use crate::connections::UnvectoredTcp;
 pub use crate::proto::MAX_MESSAGE_BYTES;
+pub use process::{runtime, shutdown_signal};
 
 /// Everything a server needs.
 pub struct ServerParts {
@@ -375,88 +382,6 @@ pub async fn serve_manager_tls(
     Ok(())
 }
 
-/// One port for every binding: gRPC calls (by their content type,
-/// `application/grpc...`) go to the gRPC services, whatever their path;
-/// everything else (the JSON bindings, cards, probes, `/metrics`) to the
-/// HTTP routes.
-#[derive(Clone)]
-struct ByContentType<G, H> {
-    grpc: G,
-    http: H,
-}
-
-impl<G, H, B> tower::Service<http::Request<B>> for ByContentType<G, H>
-where
-    G: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
-    H: tower::Service<
-            http::Request<B>,
-            Response = http::Response<tonic::body::Body>,
-            Error = G::Error,
-        >,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = G::Error;
-    type Future = futures_util::future::Either<G::Future, H::Future>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        // Both are always ready (routers); each is asked when called.
-        match self.grpc.poll_ready(cx) {
-            std::task::Poll::Ready(Ok(())) => self.http.poll_ready(cx),
-            other => other,
-        }
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if crate::metrics::is_grpc(request.headers()) {
-            futures_util::future::Either::Left(self.grpc.call(request))
-        } else {
-            futures_util::future::Either::Right(self.http.call(request))
-        }
-    }
-}
-
-/// The runtime the server binary runs on: tokio's multi-thread runtime
-/// without its LIFO slot (when built with `--cfg tokio_unstable`, as
-/// `.cargo/config.toml` sets).
-///
-/// With the slot, a task woken by the running one (an HTTP/2 connection
-/// woken by a response) runs next; without, it waits its turn in the run
-/// queue, and by then the responses of many requests are ready for one
-/// write. Measured on the benchmark suite's workloads: 10 to 18% more
-/// requests per second (for a bare tonic server about as much).
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    #[cfg(tokio_unstable)]
-    runtime.disable_lifo_slot();
-    runtime.build()
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-}
-
 /// Reads the auth file and the TLS files again and puts them in force for
 /// new requests and connections (SIGHUP: key and certificate rotation);
 /// connections and streams already open are left as they are. What does
@@ -485,47 +410,4 @@ pub fn reload(auth: Option<&Authenticator>, tls: Option<&connections::Tls>) -> b
         }
     }
     ok
-}
-
-/// How often the input-wait quota is swept, at most.
-const INPUT_WAIT_SWEEP: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Until shutdown: fails the tasks that waited for input past their
-/// owner's `max_input_wait` (the auth file in force each time, so a reload
-/// applies), every quarter of the shortest limit set (at most each
-/// [`INPUT_WAIT_SWEEP`]), by one of the replicas sharing the store.
-async fn sweep_input_waits(manager: TaskManager, auth: Arc<crate::auth::Authenticator>) {
-    let shutdown = manager.shutdown_token();
-    loop {
-        let every = auth.shortest_input_wait().map_or(INPUT_WAIT_SWEEP, |w| {
-            (w / 4).clamp(std::time::Duration::from_secs(1), INPUT_WAIT_SWEEP)
-        });
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            () = shutdown.cancelled() => return,
-        }
-        let Some(shortest) = auth.shortest_input_wait() else {
-            continue;
-        };
-        match manager
-            .store()
-            .take_turn("input-waits", every.mul_f64(0.9))
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "input-wait sweep failed");
-                continue;
-            }
-        }
-        let expired = manager
-            .expire_input_waits(std::time::SystemTime::now(), shortest, |owner| {
-                auth.quota_of(owner).max_input_wait
-            })
-            .await;
-        if let Err(e) = expired {
-            tracing::warn!(error = %e, "input-wait sweep failed");
-        }
-    }
 }
