@@ -7,13 +7,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use a2a_lifecycle::agent::demo::{Deployer, demo_router_with};
-use a2a_lifecycle::connections;
 use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::discovery::signing::CardSigner;
 use a2a_lifecycle::lifecycle::TransitionPolicy;
 use a2a_lifecycle::metrics::Metrics;
 use a2a_lifecycle::runtime::RuntimeConfig;
-use a2a_lifecycle::server::{ServerParts, serve, shutdown_signal};
+use a2a_lifecycle::server::{Security, ServerParts, serve, shutdown_signal};
 
 use super::serve_args::ServeArgs;
 use super::store::open_store;
@@ -59,7 +58,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     let auth = auth
-        .map(|path| a2a_lifecycle::auth::Authenticator::load(&path).map(std::sync::Arc::new))
+        .map(|path| a2a_lifecycle::auth::Authenticator::load(&path).map(Arc::new))
         .transpose()?;
     let tls = match (tls_cert, tls_key) {
         (Some(cert), Some(key)) => {
@@ -77,7 +76,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
                 key,
                 client_ca: tls_client_ca,
             };
-            Some(std::sync::Arc::new(Tls::from_files(files, clients)?))
+            Some(Arc::new(Tls::from_files(files, clients)?))
         }
         _ => None,
     };
@@ -93,7 +92,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
                 algorithm = ?signer.algorithm(),
                 "signing the agent cards"
             );
-            std::sync::Arc::new(signer)
+            Arc::new(signer)
         });
     let store = open_store(&store, lease)
         .await
@@ -111,7 +110,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
         task_timeout,
         retain: retain.0,
-        metrics: (!no_metrics).then(|| std::sync::Arc::new(Metrics::new())),
+        metrics: (!no_metrics).then(|| Arc::new(Metrics::new())),
         ..Default::default()
     };
     let agents = demo_router_with(
@@ -140,8 +139,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             no_console,
         },
         connections: connections.limits(),
-        auth,
-        tls,
+        security: Security { auth, tls },
         push: push.settings(),
         operations: a2a_lifecycle::operations::Operations {
             listener: operations_listener,
@@ -149,7 +147,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
     };
     a2a_lifecycle::connections::raise_descriptor_limit(parts.connections.max_connections);
-    reload_on_hangup(parts.auth.clone(), parts.tls.clone())?;
+    reload_on_hangup(parts.security.clone())?;
     serve(listener, parts, shutdown_signal())
         .await
         .map_err(|e| e as Box<dyn std::error::Error>)?;
@@ -157,22 +155,19 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// SIGHUP reloads the auth file and the TLS files (key and certificate
-/// rotation) without dropping a connection; see [`a2a_lifecycle::server::reload`].
-fn reload_on_hangup(
-    auth: Option<Arc<a2a_lifecycle::auth::Authenticator>>,
-    tls: Option<Arc<connections::Tls>>,
-) -> std::io::Result<()> {
+/// rotation) without dropping a connection; see [`Security::reload`].
+fn reload_on_hangup(security: Security) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         let mut hangups = signal(SignalKind::hangup())?;
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                a2a_lifecycle::server::reload(auth.as_deref(), tls.as_deref());
+                security.reload();
             }
         });
     }
     #[cfg(not(unix))]
-    drop((auth, tls));
+    drop(security);
     Ok(())
 }
