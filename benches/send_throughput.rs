@@ -21,7 +21,6 @@ use a2a_lifecycle::proto::{
     Message, Part, Role, SendMessageConfiguration, SendMessageRequest, part::Content,
 };
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
-use a2a_lifecycle::server::serve_manager;
 use a2a_lifecycle::store::{MemoryStore, SqliteStore, TaskStore};
 use tonic::transport::Channel;
 
@@ -106,11 +105,12 @@ async fn start(kind: Kind) -> Server {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let m = manager.clone();
     tokio::spawn(async move {
-        serve_manager(listener, m, async {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
+        a2a_lifecycle::server::Server::new(m)
+            .serve(listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
     });
     Server {
         addr,

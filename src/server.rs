@@ -3,10 +3,21 @@
 //! no proto files) and, on the same port over HTTP/1.1, the agent cards
 //! ([`crate::discovery`]); serves them until a shutdown signal.
 //!
+//! [`Server`] builds one around a [`TaskManager`], its settings grouped by
+//! the part that reads them: the cards ([`DiscoveryConfig`]), the
+//! connections ([`ConnectionLimits`]), who may call over what
+//! ([`Security`]), push notifications ([`crate::push::deliver::Settings`])
+//! and the operators' listener ([`Operations`]). [`serve`] does the same
+//! from a store and agents ([`ServerParts`]).
+//!
 //! Shutdown is designed in: the signal first fires the runtime's shutdown
 //! token, which ends every open stream with UNAVAILABLE and cancels running
 //! executors, then the server stops accepting and drains in-flight calls
 //! ([`crate::connections::serve`]).
+
+mod by_content_type;
+mod input_waits;
+mod process;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,21 +38,21 @@ use crate::runtime::{RuntimeConfig, TaskManager};
 use crate::service::web::HttpBindings;
 use crate::service::{A2aApi, A2aGrpc, Binding};
 use crate::store::TaskStore;
+use by_content_type::ByContentType;
+use input_waits::sweep_input_waits;
 
 pub use crate::proto::MAX_MESSAGE_BYTES;
+pub use process::{runtime, shutdown_signal};
 
-/// Everything a server needs.
+/// Everything a server needs, from the store up.
 pub struct ServerParts {
     pub store: Arc<dyn TaskStore>,
     pub agents: AgentRouter,
     pub runtime: RuntimeConfig,
     pub discovery: DiscoveryConfig,
     pub connections: ConnectionLimits,
-    /// `--auth`: every A2A call must authenticate; `None` serves anyone
-    /// who can reach the port.
-    pub auth: Option<Arc<Authenticator>>,
-    /// `--tls-cert`, `--tls-key`: gRPC and the cards over TLS.
-    pub tls: Option<Arc<connections::Tls>>,
+    /// `--auth`, `--tls-cert`, `--tls-key`, `--tls-client-ca`.
+    pub security: Security,
     /// Push notifications: the config RPCs served and the outbox
     /// delivered ([`crate::push`]); `None` answers
     /// PUSH_NOTIFICATION_NOT_SUPPORTED.
@@ -59,8 +70,7 @@ impl Default for ServerParts {
             runtime: RuntimeConfig::default(),
             discovery: DiscoveryConfig::default(),
             connections: ConnectionLimits::default(),
-            auth: None,
-            tls: None,
+            security: Security::default(),
             push: None,
             operations: Operations::default(),
         }
@@ -82,449 +92,324 @@ pub async fn serve(
             "failed tasks left active by a previous run of the server"
         );
     }
-    serve_manager_tls(
-        listener,
-        manager,
-        parts.discovery,
-        parts.connections,
-        Security {
-            auth: parts.auth,
-            tls: parts.tls,
-            push: parts.push,
-            operations: parts.operations,
-        },
-        shutdown,
-    )
-    .await
+    Server::new(manager)
+        .discovery(parts.discovery)
+        .limits(parts.connections)
+        .security(parts.security)
+        .push(parts.push)
+        .operations(parts.operations)
+        .serve(listener, shutdown)
+        .await
 }
 
-/// Who may call, over what, whether push notifications are offered, and
-/// what operators reach: the parts of [`ServerParts`]
-/// [`serve_manager_tls`] takes.
-#[derive(Default)]
+/// Who may call, and over what: what the authentication and the TLS
+/// layer read. Agent cards and the health service stay public;
+/// GetExtendedAgentCard, like every A2A call, needs credentials (spec
+/// §13.3).
+#[derive(Clone, Default)]
 pub struct Security {
+    /// `--auth`: every A2A call must authenticate ([`crate::auth`]);
+    /// `None` serves anyone who can reach the port.
     pub auth: Option<Arc<Authenticator>>,
+    /// `--tls-cert`, `--tls-key`: gRPC and the cards over TLS on the same
+    /// port ([`connections::Tls`]). With client certificates and no
+    /// `auth`, the certificates are the authentication
+    /// ([`Authenticator::client_certificates`]).
     pub tls: Option<Arc<connections::Tls>>,
-    pub push: Option<crate::push::deliver::Settings>,
-    pub operations: Operations,
 }
 
-/// Serves an existing [`TaskManager`] (for embedding and tests), with the
-/// default discovery settings.
-pub async fn serve_manager(
-    listener: TcpListener,
-    manager: TaskManager,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    serve_manager_with(listener, manager, DiscoveryConfig::default(), shutdown).await
+impl Security {
+    /// Reads the auth file and the TLS files again and puts them in force for
+    /// new requests and connections (SIGHUP: key and certificate rotation);
+    /// connections and streams already open are left as they are. What does
+    /// not load is logged and the version in force stays. Returns whether
+    /// everything given reloaded.
+    pub fn reload(&self) -> bool {
+        let mut ok = true;
+        if let Some(auth) = &self.auth {
+            match auth.reload() {
+                Ok(true) => tracing::info!("reloaded the auth file"),
+                Ok(false) => {}
+                Err(e) => {
+                    ok = false;
+                    tracing::error!(error = %e, "auth file not reloaded; the previous one stays in force");
+                }
+            }
+        }
+        if let Some(tls) = &self.tls {
+            match tls.reload() {
+                Ok(true) => tracing::info!("reloaded the TLS certificate, key and client CA"),
+                Ok(false) => {}
+                Err(e) => {
+                    ok = false;
+                    tracing::error!(error = %e, "TLS files not reloaded; the previous ones stay in force");
+                }
+            }
+        }
+        ok
+    }
 }
 
-/// Serves an existing [`TaskManager`]: gRPC and, on the same port, the
-/// agent cards over HTTP/1.1 (connections speak HTTP/1.1 or HTTP/2, and
-/// tonic's router routes by path, so the axum routes and the gRPC services
-/// share one router).
-pub async fn serve_manager_with(
-    listener: TcpListener,
-    manager: TaskManager,
-    discovery: DiscoveryConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    serve_manager_limited(
-        listener,
-        manager,
-        discovery,
-        ConnectionLimits::default(),
-        shutdown,
-    )
-    .await
-}
-
-/// [`serve_manager_with`] under the given connection bounds
-/// ([`crate::connections`]). Once `shutdown` completes, open connections
-/// get `limits.shutdown_grace` to finish; then this returns and whatever
-/// is left is cut.
-pub async fn serve_manager_limited(
-    listener: TcpListener,
-    manager: TaskManager,
-    discovery: DiscoveryConfig,
-    limits: ConnectionLimits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    serve_manager_secured(listener, manager, discovery, limits, None, shutdown).await
-}
-
-/// [`serve_manager_limited`], with every A2A call authenticated by `auth`
-/// when given ([`crate::auth`]). Agent cards and the health service stay
-/// public; GetExtendedAgentCard, like every A2A call, needs credentials
-/// (spec §13.3).
-pub async fn serve_manager_secured(
-    listener: TcpListener,
-    manager: TaskManager,
-    discovery: DiscoveryConfig,
-    limits: ConnectionLimits,
-    auth: Option<Arc<Authenticator>>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let security = Security {
-        auth,
-        ..Default::default()
-    };
-    serve_manager_tls(listener, manager, discovery, limits, security, shutdown).await
-}
-
-/// [`serve_manager_secured`], over TLS when `tls` is given
-/// ([`connections::Tls`]): gRPC and the cards on the same port. With
-/// client certificates and no `auth`, the certificates are the
-/// authentication ([`Authenticator::client_certificates`]).
-pub async fn serve_manager_tls(
-    listener: TcpListener,
+/// A server for an existing [`TaskManager`] (for embedding and tests):
+/// gRPC and, on the same port, the agent cards and the JSON bindings over
+/// HTTP/1.1 or HTTP/2. Every setting not given is its default; push
+/// notifications are off until [`Server::push`] gives them.
+pub struct Server {
     manager: TaskManager,
     discovery: DiscoveryConfig,
     limits: ConnectionLimits,
     security: Security,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let Security {
-        auth,
-        tls,
-        push,
-        operations,
-    } = security;
-    let mut discovery = discovery;
-    discovery.push = push.is_some();
-    discovery.tls = tls.is_some();
-    let client_certs = tls
-        .as_ref()
-        .map_or(ClientCerts::None, |tls| tls.client_certs());
-    // Mutual TLS alone: a verified client certificate is the credential.
-    let auth = match (auth, client_certs) {
-        (None, ClientCerts::Required | ClientCerts::Optional) => {
-            Some(Arc::new(Authenticator::client_certificates()))
+    push: Option<crate::push::deliver::Settings>,
+    operations: Operations,
+}
+
+impl Server {
+    pub fn new(manager: TaskManager) -> Self {
+        Server {
+            manager,
+            discovery: DiscoveryConfig::default(),
+            limits: ConnectionLimits::default(),
+            security: Security::default(),
+            push: None,
+            operations: Operations::default(),
         }
-        (auth, _) => auth,
-    };
-    if let Some(auth) = &auth {
-        discovery.security = Some(crate::discovery::CardSecurity {
-            bearer: auth.accepts_bearer(),
-            jwt: auth.accepts_jwt(),
-            mtls: client_certs != ClientCerts::None,
-        });
     }
-    let cards = Arc::new(Cards::build(
-        manager.agents(),
-        &discovery,
-        listener.local_addr()?,
-    )?);
-    // SERVING while ready: not draining, the store answering its probe.
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    let health = Health::new(health_reporter).await;
-    // Both reflection versions describe the A2A service, the error details
-    // every A2A error carries (`google.rpc.ErrorInfo`, `BadRequest`: the
-    // descriptor set holds google/rpc/error_details.proto and status.proto,
-    // so grpcurl prints them instead of "not recognized") and the health
-    // service (whose descriptors tonic-health ships).
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection_v1 = reflection().build_v1()?;
-    let reflection_v1alpha = reflection().build_v1alpha()?;
-    let egress = push.as_ref().map(|p| Arc::new(p.egress.clone()));
-    if let Some(mut settings) = push {
-        if settings.metrics.is_none() {
-            settings.metrics = manager.metrics().map(|m| m.push.clone());
-        }
-        if settings.v0_3_body.is_none() {
-            settings.v0_3_body = Some(|event| {
-                crate::service::v0_3::convert::push_body(event).map_err(|e| e.to_string())
+
+    /// What the agent cards say ([`crate::discovery`]); their `security`,
+    /// `push` and `tls` are set from the other settings when serving.
+    pub fn discovery(mut self, discovery: DiscoveryConfig) -> Self {
+        self.discovery = discovery;
+        self
+    }
+
+    /// The connection bounds ([`crate::connections`]). Once the shutdown
+    /// signal completes, open connections get `limits.shutdown_grace` to
+    /// finish; then [`Server::serve`] returns and whatever is left is cut.
+    pub fn limits(mut self, limits: ConnectionLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
+    }
+
+    /// Push notifications offered and delivered with these settings;
+    /// `None` (the default) answers PUSH_NOTIFICATION_NOT_SUPPORTED.
+    pub fn push(mut self, push: impl Into<Option<crate::push::deliver::Settings>>) -> Self {
+        self.push = push.into();
+        self
+    }
+
+    /// `--metrics-listen` and the store probe ([`crate::operations`]).
+    pub fn operations(mut self, operations: Operations) -> Self {
+        self.operations = operations;
+        self
+    }
+
+    /// The manager served, for a caller that keeps a handle on it.
+    pub fn manager(&self) -> &TaskManager {
+        &self.manager
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then drains
+    /// (connections, then runs). Connections speak HTTP/1.1 or HTTP/2, and
+    /// requests are routed by content type, so the gRPC services and the
+    /// HTTP routes share the port.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let Server {
+            manager,
+            mut discovery,
+            limits,
+            security: Security { auth, tls },
+            push,
+            operations,
+        } = self;
+        discovery.push = push.is_some();
+        discovery.tls = tls.is_some();
+        let client_certs = tls
+            .as_ref()
+            .map_or(ClientCerts::None, |tls| tls.client_certs());
+        // Mutual TLS alone: a verified client certificate is the credential.
+        let auth = match (auth, client_certs) {
+            (None, ClientCerts::Required | ClientCerts::Optional) => {
+                Some(Arc::new(Authenticator::client_certificates()))
+            }
+            (auth, _) => auth,
+        };
+        if let Some(auth) = &auth {
+            discovery.security = Some(crate::discovery::CardSecurity {
+                bearer: auth.accepts_bearer(),
+                jwt: auth.accepts_jwt(),
+                mtls: client_certs != ClientCerts::None,
             });
         }
-        tokio::spawn(crate::push::deliver::deliver_while_held(
-            manager.store().clone(),
-            settings,
-            manager.outbox_signal(),
-            manager.shutdown_token(),
-        ));
-    }
-    let auth_shared = auth.clone();
-    let api = A2aApi::new(manager.clone(), cards.clone())
-        .with_auth(auth)
-        .with_push(egress)
-        .with_read_pacing(limits.read_bytes_per_second);
-    let a2a = A2aServiceServer::new(A2aGrpc::new(api.clone()))
+        let cards = Arc::new(Cards::build(
+            manager.agents(),
+            &discovery,
+            listener.local_addr()?,
+        )?);
+        // SERVING while ready: not draining, the store answering its probe.
+        let (health_reporter, health_service) = tonic_health::server::health_reporter();
+        let health = Health::new(health_reporter).await;
+        // Both reflection versions describe the A2A service, the error details
+        // every A2A error carries (`google.rpc.ErrorInfo`, `BadRequest`: the
+        // descriptor set holds google/rpc/error_details.proto and status.proto,
+        // so grpcurl prints them instead of "not recognized") and the health
+        // service (whose descriptors tonic-health ships).
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection().build_v1()?;
+        let reflection_v1alpha = reflection().build_v1alpha()?;
+        let egress = push.as_ref().map(|p| Arc::new(p.egress.clone()));
+        if let Some(mut settings) = push {
+            if settings.metrics.is_none() {
+                settings.metrics = manager.metrics().map(|m| m.push.clone());
+            }
+            if settings.v0_3_body.is_none() {
+                settings.v0_3_body = Some(|event| {
+                    crate::service::v0_3::convert::push_body(event).map_err(|e| e.to_string())
+                });
+            }
+            tokio::spawn(crate::push::deliver::deliver_while_held(
+                manager.store().clone(),
+                settings,
+                manager.outbox_signal(),
+                manager.shutdown_token(),
+            ));
+        }
+        let auth_shared = auth.clone();
+        let api = A2aApi::new(manager.clone(), cards.clone())
+            .with_auth(auth)
+            .with_push(egress)
+            .with_read_pacing(limits.read_bytes_per_second);
+        let a2a = A2aServiceServer::new(A2aGrpc::new(api.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        // Protocol 0.3's service (`a2a.v1.A2AService`), beside 1.0's.
+        let a2a_v0_3 = crate::proto::v0_3::a2a_service_server::A2aServiceServer::new(
+            crate::service::v0_3::grpc::A2aGrpcV03::new(api.clone()),
+        )
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    // Protocol 0.3's service (`a2a.v1.A2AService`), beside 1.0's.
-    let a2a_v0_3 = crate::proto::v0_3::a2a_service_server::A2aServiceServer::new(
-        crate::service::v0_3::grpc::A2aGrpcV03::new(api.clone()),
-    )
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let serve_v0_3 = cards.serves_v0_3();
+        let serve_v0_3 = cards.serves_v0_3();
 
-    tokio::spawn(manager.clone().run_maintenance());
-    if let Some(auth) = &auth_shared {
-        tokio::spawn(sweep_input_waits(manager.clone(), auth.clone()));
-    }
-    tokio::spawn(manager.clone().follow_changes());
-    tokio::spawn(manager.clone().stop_runs_when_lease_lost());
-    let token = manager.shutdown_token();
-    tokio::spawn(crate::operations::probe_store(
-        manager.store().clone(),
-        health.clone(),
-        manager.metrics().cloned(),
-        operations.probe_every,
-        token.clone(),
-    ));
-    let draining = health.clone();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!("shutting down: ending open streams and draining calls");
-        draining.draining().await;
-        token.cancel();
-    };
-    tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC and agent cards");
-    // TCP_NODELAY on every accepted connection: with Nagle's algorithm a
-    // small response written in two parts (headers, then body and
-    // trailers) waits for the client's delayed ACK, about 40 ms per call.
-    let incoming = connections::bounded(
-        TcpIncoming::from(listener).with_nodelay(Some(true)),
-        &limits,
-        tls.is_some(),
-    );
-    let metrics = manager.metrics().cloned();
-    // The second listener: metrics without authentication, the health
-    // probes and the health service, open until the drain is over.
-    let operations_done = CancellationToken::new();
-    let operations_served = operations.listener.map(|listener| {
-        if let Ok(addr) = listener.local_addr() {
-            tracing::info!(listen = %addr, "serving metrics and health probes");
+        tokio::spawn(manager.clone().run_maintenance());
+        if let Some(auth) = &auth_shared {
+            tokio::spawn(sweep_input_waits(manager.clone(), auth.clone()));
         }
-        let http = http_router(health.clone(), metrics.as_ref(), Access::Private);
-        let routes = Routes::from(http).add_service(health_service.clone());
-        // Past the drain, a scrape in flight gets a moment, a health
-        // watcher none.
-        let limits = ConnectionLimits {
-            shutdown_grace: crate::operations::SHUTDOWN_GRACE.min(limits.shutdown_grace),
-            ..limits.clone()
+        tokio::spawn(manager.clone().follow_changes());
+        tokio::spawn(manager.clone().stop_runs_when_lease_lost());
+        let token = manager.shutdown_token();
+        tokio::spawn(crate::operations::probe_store(
+            manager.store().clone(),
+            health.clone(),
+            manager.metrics().cloned(),
+            operations.probe_every,
+            token.clone(),
+        ));
+        let draining = health.clone();
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutting down: ending open streams and draining calls");
+            draining.draining().await;
+            token.cancel();
         };
-        let done = operations_done.clone();
-        tokio::spawn(async move {
-            serve_operations(listener, routes, &limits, done.cancelled_owned()).await
-        })
-    });
-    let served = discovery.bindings;
-    let tenants = cards.tenants();
-    let console_url = format!("{}{}", cards.http_url(), crate::console::PATH);
-    let mut http = cards.router().merge(http_router(
-        health,
-        metrics.as_ref(),
-        Access::Public(auth_shared),
-    ));
-    // The console speaks HTTP+JSON: without that binding it has nothing
-    // to call.
-    if !discovery.no_console && served.contains(Binding::HttpJson) {
-        http = http.merge(crate::console::router(&crate::console::ConsoleConfig {
-            tenants,
-            bearer: discovery.security.as_ref().is_some_and(|s| s.bearer),
-        }));
-        tracing::info!(url = %console_url, "serving the console");
-    }
-    let api_for_grpc = api.clone();
-    let json_bindings: Vec<Binding> = served.iter().filter(|b| *b != Binding::Grpc).collect();
-    if !json_bindings.is_empty() {
-        let bindings = Arc::new(HttpBindings::new(api, &json_bindings, limits.sse_keepalive));
-        http = http.merge(bindings.router());
-    }
-    let http = crate::service::web::cors(http, &discovery.cors_origins);
-    let mut grpc = Routes::default()
-        .add_service(crate::operations::BoundedWatches::new(
-            health_service,
-            crate::operations::MAX_WATCHES_PER_PEER,
-        ))
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha);
-    if served.contains(Binding::Grpc) {
-        grpc = grpc.add_service(a2a);
-        if serve_v0_3 {
-            grpc = grpc.add_service(a2a_v0_3);
-        }
-    }
-    let grpc = tower::ServiceBuilder::new()
-        .map_response(crate::service::grpc::transport_error_info)
-        .service(crate::service::grpc::AuthFirst::new(grpc, api_for_grpc));
-    let service = ByContentType {
-        grpc,
-        http: Routes::from(http),
-    };
-    // Each call in its span (inside), counted with its whole time (outside).
-    let service = crate::telemetry::Traced::new(service);
-    let service = crate::metrics::Observed::new(service, metrics.map(|m| m.rpc.clone()));
-    // A client holding a half-sent request or a silent connection does not
-    // hold shutdown: past the grace period the rest is cut.
-    connections::serve(incoming, service, &limits, tls, signal).await;
-    // No task is left active in the store: runs end (failing their tasks
-    // with the shutdown message), and those that do not are failed here.
-    manager.drain_runs(limits.shutdown_grace).await;
-    operations_done.cancel();
-    if let Some(served) = operations_served {
-        let _ = served.await;
-    }
-    Ok(())
-}
-
-/// One port for every binding: gRPC calls (by their content type,
-/// `application/grpc...`) go to the gRPC services, whatever their path;
-/// everything else (the JSON bindings, cards, probes, `/metrics`) to the
-/// HTTP routes.
-#[derive(Clone)]
-struct ByContentType<G, H> {
-    grpc: G,
-    http: H,
-}
-
-impl<G, H, B> tower::Service<http::Request<B>> for ByContentType<G, H>
-where
-    G: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
-    H: tower::Service<
-            http::Request<B>,
-            Response = http::Response<tonic::body::Body>,
-            Error = G::Error,
-        >,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = G::Error;
-    type Future = futures_util::future::Either<G::Future, H::Future>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        // Both are always ready (routers); each is asked when called.
-        match self.grpc.poll_ready(cx) {
-            std::task::Poll::Ready(Ok(())) => self.http.poll_ready(cx),
-            other => other,
-        }
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if crate::metrics::is_grpc(request.headers()) {
-            futures_util::future::Either::Left(self.grpc.call(request))
-        } else {
-            futures_util::future::Either::Right(self.http.call(request))
-        }
-    }
-}
-
-/// The runtime the server binary runs on: tokio's multi-thread runtime
-/// without its LIFO slot (when built with `--cfg tokio_unstable`, as
-/// `.cargo/config.toml` sets).
-///
-/// With the slot, a task woken by the running one (an HTTP/2 connection
-/// woken by a response) runs next; without, it waits its turn in the run
-/// queue, and by then the responses of many requests are ready for one
-/// write. Measured on the benchmark suite's workloads: 10 to 18% more
-/// requests per second (for a bare tonic server about as much).
-pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    #[cfg(tokio_unstable)]
-    runtime.disable_lifo_slot();
-    runtime.build()
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+        tracing::info!(addr = %listener.local_addr()?, "serving A2A gRPC and agent cards");
+        // TCP_NODELAY on every accepted connection: with Nagle's algorithm a
+        // small response written in two parts (headers, then body and
+        // trailers) waits for the client's delayed ACK, about 40 ms per call.
+        let incoming = connections::bounded(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            &limits,
+            tls.is_some(),
+        );
+        let metrics = manager.metrics().cloned();
+        // The second listener: metrics without authentication, the health
+        // probes and the health service, open until the drain is over.
+        let operations_done = CancellationToken::new();
+        let operations_served = operations.listener.map(|listener| {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(listen = %addr, "serving metrics and health probes");
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-}
-
-/// Reads the auth file and the TLS files again and puts them in force for
-/// new requests and connections (SIGHUP: key and certificate rotation);
-/// connections and streams already open are left as they are. What does
-/// not load is logged and the version in force stays. Returns whether
-/// everything given reloaded.
-pub fn reload(auth: Option<&Authenticator>, tls: Option<&connections::Tls>) -> bool {
-    let mut ok = true;
-    if let Some(auth) = auth {
-        match auth.reload() {
-            Ok(true) => tracing::info!("reloaded the auth file"),
-            Ok(false) => {}
-            Err(e) => {
-                ok = false;
-                tracing::error!(error = %e, "auth file not reloaded; the previous one stays in force");
-            }
-        }
-    }
-    if let Some(tls) = tls {
-        match tls.reload() {
-            Ok(true) => tracing::info!("reloaded the TLS certificate, key and client CA"),
-            Ok(false) => {}
-            Err(e) => {
-                ok = false;
-                tracing::error!(error = %e, "TLS files not reloaded; the previous ones stay in force");
-            }
-        }
-    }
-    ok
-}
-
-/// How often the input-wait quota is swept, at most.
-const INPUT_WAIT_SWEEP: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Until shutdown: fails the tasks that waited for input past their
-/// owner's `max_input_wait` (the auth file in force each time, so a reload
-/// applies), every quarter of the shortest limit set (at most each
-/// [`INPUT_WAIT_SWEEP`]), by one of the replicas sharing the store.
-async fn sweep_input_waits(manager: TaskManager, auth: Arc<crate::auth::Authenticator>) {
-    let shutdown = manager.shutdown_token();
-    loop {
-        let every = auth.shortest_input_wait().map_or(INPUT_WAIT_SWEEP, |w| {
-            (w / 4).clamp(std::time::Duration::from_secs(1), INPUT_WAIT_SWEEP)
-        });
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            () = shutdown.cancelled() => return,
-        }
-        let Some(shortest) = auth.shortest_input_wait() else {
-            continue;
-        };
-        match manager
-            .store()
-            .take_turn("input-waits", every.mul_f64(0.9))
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "input-wait sweep failed");
-                continue;
-            }
-        }
-        let expired = manager
-            .expire_input_waits(std::time::SystemTime::now(), shortest, |owner| {
-                auth.quota_of(owner).max_input_wait
+            let http = http_router(health.clone(), metrics.as_ref(), Access::Private);
+            let routes = Routes::from(http).add_service(health_service.clone());
+            // Past the drain, a scrape in flight gets a moment, a health
+            // watcher none.
+            let limits = ConnectionLimits {
+                shutdown_grace: crate::operations::SHUTDOWN_GRACE.min(limits.shutdown_grace),
+                ..limits.clone()
+            };
+            let done = operations_done.clone();
+            tokio::spawn(async move {
+                serve_operations(listener, routes, &limits, done.cancelled_owned()).await
             })
-            .await;
-        if let Err(e) = expired {
-            tracing::warn!(error = %e, "input-wait sweep failed");
+        });
+        let served = discovery.bindings;
+        let tenants = cards.tenants();
+        let console_url = format!("{}{}", cards.http_url(), crate::console::PATH);
+        let mut http = cards.router().merge(http_router(
+            health,
+            metrics.as_ref(),
+            Access::Public(auth_shared),
+        ));
+        // The console speaks HTTP+JSON: without that binding it has nothing
+        // to call.
+        if !discovery.no_console && served.contains(Binding::HttpJson) {
+            http = http.merge(crate::console::router(&crate::console::ConsoleConfig {
+                tenants,
+                bearer: discovery.security.as_ref().is_some_and(|s| s.bearer),
+            }));
+            tracing::info!(url = %console_url, "serving the console");
         }
+        let api_for_grpc = api.clone();
+        let json_bindings: Vec<Binding> = served.iter().filter(|b| *b != Binding::Grpc).collect();
+        if !json_bindings.is_empty() {
+            let bindings = Arc::new(HttpBindings::new(api, &json_bindings, limits.sse_keepalive));
+            http = http.merge(bindings.router());
+        }
+        let http = crate::service::web::cors(http, &discovery.cors_origins);
+        let mut grpc = Routes::default()
+            .add_service(crate::operations::BoundedWatches::new(
+                health_service,
+                crate::operations::MAX_WATCHES_PER_PEER,
+            ))
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha);
+        if served.contains(Binding::Grpc) {
+            grpc = grpc.add_service(a2a);
+            if serve_v0_3 {
+                grpc = grpc.add_service(a2a_v0_3);
+            }
+        }
+        let grpc = tower::ServiceBuilder::new()
+            .map_response(crate::service::grpc::transport_error_info)
+            .service(crate::service::grpc::AuthFirst::new(grpc, api_for_grpc));
+        let service = ByContentType {
+            grpc,
+            http: Routes::from(http),
+        };
+        // Each call in its span (inside), counted with its whole time (outside).
+        let service = crate::telemetry::Traced::new(service);
+        let service = crate::metrics::Observed::new(service, metrics.map(|m| m.rpc.clone()));
+        // A client holding a half-sent request or a silent connection does not
+        // hold shutdown: past the grace period the rest is cut.
+        connections::serve(incoming, service, &limits, tls, signal).await;
+        // No task is left active in the store: runs end (failing their tasks
+        // with the shutdown message), and those that do not are failed here.
+        manager.drain_runs(limits.shutdown_grace).await;
+        operations_done.cancel();
+        if let Some(served) = operations_served {
+            let _ = served.await;
+        }
+        Ok(())
     }
 }

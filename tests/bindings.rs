@@ -16,6 +16,7 @@ use a2a_lifecycle::connections::ConnectionLimits;
 use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::proto::{GetTaskRequest, SubscribeToTaskRequest, TaskState};
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+use a2a_lifecycle::server::Server;
 use a2a_lifecycle::service::{Binding, BindingSet};
 use a2a_lifecycle::store::MemoryStore;
 
@@ -34,7 +35,7 @@ fn manager() -> TaskManager {
 }
 
 async fn serve(discovery: DiscoveryConfig, limits: ConnectionLimits) -> TestServer {
-    TestServer::serve(manager(), discovery, limits, Default::default()).await
+    TestServer::serve(Server::new(manager()).discovery(discovery).limits(limits)).await
 }
 
 /// A task made over gRPC is read over JSON-RPC and HTTP+JSON, followed

@@ -537,12 +537,9 @@ async fn an_extended_card_contradicting_the_public_one_is_refused_at_start() {
         );
         let served = tokio::time::timeout(
             WAIT,
-            a2a_lifecycle::server::serve_manager_with(
-                listener,
-                manager,
-                with_extended(file),
-                std::future::pending(),
-            ),
+            a2a_lifecycle::server::Server::new(manager)
+                .discovery(with_extended(file))
+                .serve(listener, std::future::pending()),
         )
         .await
         .expect("the server started instead of refusing the card");

@@ -18,10 +18,9 @@ use tokio::task::JoinHandle;
 use a2a_lifecycle::agent::demo::demo_router;
 use a2a_lifecycle::agent::{AgentError, AgentExecutor, AgentRouter, EventSink, RequestContext};
 use a2a_lifecycle::connections::ConnectionLimits;
-use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::proto::TaskState;
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
-use a2a_lifecycle::server::serve_manager_limited;
+use a2a_lifecycle::server::Server;
 use a2a_lifecycle::store::MemoryStore;
 use a2a_lifecycle::store::TaskStore;
 use support::within;
@@ -46,17 +45,13 @@ async fn start_with(
     let manager = TaskManager::new(store, agents, RuntimeConfig::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(async move {
-        serve_manager_limited(
-            listener,
-            manager,
-            DiscoveryConfig::default(),
-            limits,
-            async {
+        Server::new(manager)
+            .limits(limits)
+            .serve(listener, async {
                 let _ = stopped.await;
-            },
-        )
-        .await
-        .expect("server failed");
+            })
+            .await
+            .expect("server failed");
     });
     Limited {
         addr,

@@ -12,6 +12,7 @@ use a2a_lifecycle::agent::demo::demo_router;
 use a2a_lifecycle::auth::Authenticator;
 use a2a_lifecycle::connections::ConnectionLimits;
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+use a2a_lifecycle::server::{Security, Server};
 use a2a_lifecycle::store::MemoryStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -35,11 +36,11 @@ async fn serve(limits: ConnectionLimits) -> TestServer {
         demo_router(),
         RuntimeConfig::default(),
     );
-    let security = a2a_lifecycle::server::Security {
+    let security = Security {
         auth: Some(authenticator()),
         ..Default::default()
     };
-    TestServer::serve(manager, Default::default(), limits, security).await
+    TestServer::serve(Server::new(manager).limits(limits).security(security)).await
 }
 
 /// The limits of a server that would wait as long as a caller likes for
@@ -230,11 +231,11 @@ async fn server_with_principals(file: &str, limits: ConnectionLimits) -> TestSer
         demo_router(),
         RuntimeConfig::default(),
     );
-    let security = a2a_lifecycle::server::Security {
+    let security = Security {
         auth: Some(auth),
         ..Default::default()
     };
-    TestServer::serve(manager, Default::default(), limits, security).await
+    TestServer::serve(Server::new(manager).limits(limits).security(security)).await
 }
 
 /// A principal's `max_open_tasks` (its auth file entry): a message that

@@ -268,14 +268,18 @@ async fn well_behaved_clients_keep_their_service_beside_hostile_ones() {
     };
     let security = a2a_lifecycle::server::Security {
         auth: Some(auth),
-        push: Some(a2a_lifecycle::push::deliver::Settings {
-            egress: a2a_lifecycle::push::egress::Egress::new(vec!["127.0.0.0/8".parse().unwrap()]),
-            timeout: Duration::from_secs(3600),
-            ..Default::default()
-        }),
         ..Default::default()
     };
-    let server = TestServer::serve(manager, Default::default(), limits, security).await;
+    let push = a2a_lifecycle::push::deliver::Settings {
+        egress: a2a_lifecycle::push::egress::Egress::new(vec!["127.0.0.0/8".parse().unwrap()]),
+        timeout: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let server = a2a_lifecycle::server::Server::new(manager)
+        .limits(limits)
+        .security(security)
+        .push(push);
+    let server = TestServer::serve(server).await;
     let addr = server.addr;
     // The hog's huge tasks (2.5 MiB each), for its listings.
     let hog = client("127.0.0.6", "hog-key");

@@ -185,14 +185,12 @@ async fn unfinished_tasks_are_gauged_by_state() {
         a2a_lifecycle::agent::demo::demo_router(),
         Default::default(),
     );
-    let security = a2a_lifecycle::server::Security {
-        operations: a2a_lifecycle::operations::Operations {
-            probe_every: std::time::Duration::from_millis(20),
-            ..Default::default()
-        },
+    let operations = a2a_lifecycle::operations::Operations {
+        probe_every: std::time::Duration::from_millis(20),
         ..Default::default()
     };
-    let server = TestServer::serve(manager, Default::default(), Default::default(), security).await;
+    let server = a2a_lifecycle::server::Server::new(manager).operations(operations);
+    let server = TestServer::serve(server).await;
     let mut client = server.client().await;
     let waiting = [("state", "TASK_STATE_INPUT_REQUIRED")];
     let task = within(

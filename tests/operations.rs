@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2a_lifecycle::connections::ConnectionLimits;
-use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::operations::Operations;
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
-use a2a_lifecycle::server::Security;
+use a2a_lifecycle::server::{Security, Server};
 use a2a_lifecycle::store::{MemoryStore, PostgresStore, TaskStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -40,13 +39,17 @@ async fn serve_with_operations(
     );
     let security = Security {
         auth,
-        operations: Operations {
-            listener: Some(operations),
-            probe_every: Duration::from_millis(50),
-        },
         ..Default::default()
     };
-    let server = TestServer::serve(manager, DiscoveryConfig::default(), limits, security).await;
+    let operations = Operations {
+        listener: Some(operations),
+        probe_every: Duration::from_millis(50),
+    };
+    let server = Server::new(manager)
+        .limits(limits)
+        .security(security)
+        .operations(operations);
+    let server = TestServer::serve(server).await;
     (server, addr)
 }
 

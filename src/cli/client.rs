@@ -36,8 +36,27 @@ use a2a_lifecycle::proto::{
 /// A stream of events, ending at the first error.
 pub type Events = Pin<Box<dyn Stream<Item = Result<StreamResponse, CallError>> + Send>>;
 
-type Grpc =
-    A2aServiceClient<tonic::service::interceptor::InterceptedService<Channel, crate::Bearer>>;
+type Grpc = A2aServiceClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
+pub type BearerValue = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
+
+/// Adds the client's bearer token to every call.
+#[derive(Clone)]
+struct Bearer(Option<BearerValue>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
 
 /// One server, over one binding.
 pub struct Client {
@@ -54,7 +73,7 @@ impl Client {
     pub fn new(
         binding: Binding,
         channel: Channel,
-        bearer: Option<crate::BearerValue>,
+        bearer: Option<BearerValue>,
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let authorization = bearer
             .as_ref()
@@ -62,7 +81,7 @@ impl Client {
             .transpose()?;
         Ok(Client {
             binding,
-            grpc: A2aServiceClient::with_interceptor(channel.clone(), crate::Bearer(bearer)),
+            grpc: A2aServiceClient::with_interceptor(channel.clone(), Bearer(bearer)),
             channel,
             authorization,
             extensions: None,

@@ -1,9 +1,24 @@
-//! Parts of the `a2a-lifecycle` binary that are not the library: the
-//! client commands' connection over each binding ([`client`]) and how
-//! their failures print ([`call_error`]), its log
-//! output and span export ([`logging`]), and `top` ([`top`]).
+//! The `a2a-lifecycle` binary's modules, the parts that are not the
+//! library: the command line ([`args`], `serve`'s flags in
+//! [`serve_args`]); `serve` ([`serve`]) and the store it opens
+//! ([`store`]); the client commands ([`client_commands`], [`push`]), the
+//! server they call ([`server_connection`]), their connection over each
+//! binding ([`client`]), how their failures print ([`call_error`]) and
+//! their answers ([`output`]); `top` ([`top`]); the log output and span
+//! export ([`logging`]).
 
+pub mod args;
 pub mod call_error;
 pub mod client;
+pub mod client_commands;
 pub mod logging;
+pub mod output;
+pub mod push;
+pub mod serve;
+pub mod serve_args;
+pub mod server_connection;
+pub mod store;
 pub mod top;
+
+/// An error that may cross tasks (the store's, the server's).
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;

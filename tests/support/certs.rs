@@ -11,8 +11,8 @@ use std::sync::Arc;
 use a2a_lifecycle::agent::demo::demo_router;
 use a2a_lifecycle::auth::Authenticator;
 use a2a_lifecycle::connections::{ClientCerts, Tls, TlsFiles};
-use a2a_lifecycle::discovery::DiscoveryConfig;
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+use a2a_lifecycle::server::{Security, Server};
 use a2a_lifecycle::store::MemoryStore;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -161,23 +161,18 @@ pub async fn serve_tls_with(
     );
     let (stop, stopped) = oneshot::channel::<()>();
     let served = tokio::spawn(async move {
-        a2a_lifecycle::server::serve_manager_tls(
-            listener,
-            manager,
-            DiscoveryConfig::default(),
-            Default::default(),
-            a2a_lifecycle::server::Security {
-                auth,
-                tls: Some(tls),
-                push,
-                ..Default::default()
-            },
-            async {
+        let security = Security {
+            auth,
+            tls: Some(tls),
+        };
+        Server::new(manager)
+            .security(security)
+            .push(push)
+            .serve(listener, async {
                 let _ = stopped.await;
-            },
-        )
-        .await
-        .expect("server failed");
+            })
+            .await
+            .expect("server failed");
     });
     TlsServer { port, stop, served }
 }

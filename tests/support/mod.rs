@@ -29,6 +29,7 @@ use a2a_lifecycle::proto::{
     TaskState, part::Content, send_message_response, stream_response::Payload,
 };
 use a2a_lifecycle::runtime::{RuntimeConfig, TaskManager};
+use a2a_lifecycle::server::{Security, Server};
 use a2a_lifecycle::store::{MemoryStore, TaskStore};
 
 pub type Client = A2aServiceClient<Channel>;
@@ -92,37 +93,26 @@ impl TestServer {
         auth: Option<Arc<a2a_lifecycle::auth::Authenticator>>,
     ) -> Self {
         let manager = TaskManager::new(store, agents, config);
-        let security = a2a_lifecycle::server::Security {
+        let security = Security {
             auth,
             ..Default::default()
         };
-        Self::serve(manager, discovery, Default::default(), security).await
+        Self::serve(Server::new(manager).discovery(discovery).security(security)).await
     }
 
-    /// Serves `manager` with every part given.
-    pub async fn serve(
-        manager: TaskManager,
-        discovery: DiscoveryConfig,
-        limits: a2a_lifecycle::connections::ConnectionLimits,
-        security: a2a_lifecycle::server::Security,
-    ) -> Self {
+    /// Serves `server` with every part given.
+    pub async fn serve(server: Server) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let m = manager.clone();
+        let manager = server.manager().clone();
         let handle = tokio::spawn(async move {
-            a2a_lifecycle::server::serve_manager_tls(
-                listener,
-                m,
-                discovery,
-                limits,
-                security,
-                async {
+            server
+                .serve(listener, async {
                     let _ = rx.await;
-                },
-            )
-            .await
-            .expect("server failed");
+                })
+                .await
+                .expect("server failed");
         });
         TestServer {
             addr,
@@ -662,17 +652,7 @@ pub async fn start_with_push() -> TestServer {
         egress: a2a_lifecycle::push::egress::Egress::new(vec!["127.0.0.0/8".parse().unwrap()]),
         ..Default::default()
     };
-    let security = a2a_lifecycle::server::Security {
-        push: Some(push),
-        ..Default::default()
-    };
-    TestServer::serve(
-        manager,
-        DiscoveryConfig::default(),
-        Default::default(),
-        security,
-    )
-    .await
+    TestServer::serve(Server::new(manager).push(push)).await
 }
 
 /// A served card's 1.0 part, read strictly (an unknown field fails): the
