@@ -12,7 +12,7 @@ use super::{ConfigError, Principal, Role, Tenants};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct File {
+struct AuthFile {
     #[serde(default)]
     principal: Vec<PrincipalEntry>,
     jwt: Option<JwtEntry>,
@@ -122,7 +122,7 @@ impl Rules {
     }
 
     pub(super) fn parse(text: &str, dir: &Path) -> Result<Self, String> {
-        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let file: AuthFile = toml::from_str(text).map_err(|e| e.to_string())?;
         let mut keys = Vec::with_capacity(file.principal.len());
         let mut named = HashMap::with_capacity(file.principal.len());
         for entry in file.principal {
