@@ -9,9 +9,10 @@ use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 /// A request body with a deadline for its end
-/// ([`ConnectionLimits::body_timeout`], counted from its headers): one that
-/// stalls past it ends with [`BodyTimedOut`], so a caller cannot hold a
-/// request (and what it holds) open by sending its body slowly.
+/// ([`ConnectionLimits::body_timeout`](super::ConnectionLimits::body_timeout),
+/// counted from its headers): one that stalls past it ends with
+/// [`BodyTimedOut`], so a caller cannot hold a request (and what it holds)
+/// open by sending its body slowly.
 pub struct TimedBody {
     pub(super) inner: Incoming,
     pub(super) deadline: Instant,

@@ -10,7 +10,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::net::TcpStream;
 
 use super::ConnectionLimits;
-use super::conn::{Conn, Handshake};
+use super::conn::{Conn, HandshakeWatch};
 use super::peers::{PeerHeld, PerPeer, peer_key};
 
 /// Accepted connections under the caps: one past the server's cap, or
@@ -73,7 +73,7 @@ where
                 _slot: slot,
                 // Under TLS the first bytes are a ClientHello, not HTTP:
                 // the TLS handshake has the deadline instead (`serve`).
-                handshake: (!tls).then(|| Handshake::new(handshake)),
+                handshake: (!tls).then(|| HandshakeWatch::new(handshake)),
             }))
         }
     })

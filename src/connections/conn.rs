@@ -16,7 +16,7 @@ use super::caps::ConnectionSlot;
 /// Watches a new connection's first bytes until it has said what it is:
 /// the HTTP/2 preface (24 bytes), or the end of an HTTP/1.1 request's
 /// headers (an empty line).
-pub(super) struct Handshake {
+pub(super) struct HandshakeWatch {
     deadline: Pin<Box<Sleep>>,
     seen: usize,
     /// The last bytes read (at most 3), to find `\r\n\r\n` across reads.
@@ -26,9 +26,9 @@ pub(super) struct Handshake {
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-impl Handshake {
+impl HandshakeWatch {
     pub(super) fn new(timeout: Duration) -> Self {
-        Handshake {
+        HandshakeWatch {
             deadline: Box::pin(tokio::time::sleep(timeout)),
             seen: 0,
             tail: Vec::new(),
@@ -71,7 +71,7 @@ impl Handshake {
 pub struct Conn {
     pub(super) stream: TcpStream,
     pub(super) _slot: ConnectionSlot,
-    pub(super) handshake: Option<Handshake>,
+    pub(super) handshake: Option<HandshakeWatch>,
 }
 
 impl AsyncRead for Conn {
@@ -140,14 +140,14 @@ mod tests {
 
     #[tokio::test]
     async fn handshake_ends_at_the_preface_or_the_end_of_headers() {
-        let mut h = Handshake::new(HANDSHAKE_TIMEOUT);
+        let mut h = HandshakeWatch::new(HANDSHAKE_TIMEOUT);
         assert!(!h.read(&PREFACE[..10]));
         assert!(h.read(&PREFACE[10..]));
-        let mut h = Handshake::new(HANDSHAKE_TIMEOUT);
+        let mut h = HandshakeWatch::new(HANDSHAKE_TIMEOUT);
         assert!(!h.read(b"GET / HTTP/1.1\r\nHost: x\r"));
         assert!(!h.read(b"\n"));
         assert!(h.read(b"\r\n"));
-        let mut h = Handshake::new(HANDSHAKE_TIMEOUT);
+        let mut h = HandshakeWatch::new(HANDSHAKE_TIMEOUT);
         assert!(!h.read(b"GET / HTTP/1.1\r\n"));
         assert!(h.read(b"\r\n"));
     }

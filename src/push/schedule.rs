@@ -17,7 +17,7 @@ use crate::store::Delivery;
 pub(super) type QueueKey = (String, String, String);
 
 /// Whose share a notification uses: the task's tenant and owner.
-type Principal = (String, String);
+type PrincipalKey = (String, String);
 
 pub(super) fn queue_of(delivery: &Delivery) -> QueueKey {
     (
@@ -69,13 +69,13 @@ pub(super) struct Schedule {
     /// Queues whose head waits for a slot at its host.
     parked: HashMap<Arc<str>, VecDeque<QueueKey>>,
     /// Each queue's principal.
-    principal_of: HashMap<QueueKey, Principal>,
+    principal_of: HashMap<QueueKey, PrincipalKey>,
     /// Entries held per principal.
-    held: HashMap<Principal, usize>,
+    held: HashMap<PrincipalKey, usize>,
     /// Attempts in flight per principal.
-    principal_in_flight: HashMap<Principal, usize>,
+    principal_in_flight: HashMap<PrincipalKey, usize>,
     /// Queues whose head waits for a slot of its principal's.
-    principal_parked: HashMap<Principal, VecDeque<QueueKey>>,
+    principal_parked: HashMap<PrincipalKey, VecDeque<QueueKey>>,
 }
 
 impl Schedule {
@@ -199,7 +199,7 @@ impl Schedule {
         if self.can_read() {
             return Vec::new();
         }
-        let over: HashSet<Principal> = self
+        let over: HashSet<PrincipalKey> = self
             .held
             .iter()
             .filter(|(_, n)| **n > MAX_LOADED_PER_PRINCIPAL)
