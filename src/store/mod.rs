@@ -28,6 +28,7 @@ mod list;
 mod origin;
 mod outbox;
 mod replicas;
+mod sql;
 mod task_store;
 
 pub use caller::{Caller, Quota, Waiting};
@@ -46,10 +47,3 @@ pub use postgres::PostgresStore;
 pub use replicas::{CatchUp, Caught, Change};
 pub use sqlite::SqliteStore;
 pub use task_store::{StoredTask, TaskStore};
-
-/// The SQL backends' condition for a task that has not ended: the same
-/// terms as their `tasks_open_by_owner` index's (migration 0008), which a
-/// query must repeat for the index to serve it.
-pub(crate) const OPEN_STATES_SQL: &str = "state IN (1, 2, 6, 8)";
-/// ... and for a task waiting for input.
-pub(crate) const WAITING_STATES_SQL: &str = "state IN (6, 8)";

@@ -32,7 +32,7 @@ use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::broadcast;
 use tokio_postgres::types::ToSql;
 
-use super::sqlite::state_list;
+use super::sql::{self, Postgres, counted, state_list, unfinished_counts};
 use super::{
     CatchUp, Caught, Change, DELIVERY_ROLE, Delivery, EncodedTask, ListQuery, OriginClaim,
     StoreError, StoredTask, TaskPage, TaskStore, codec, origin_key, time_key,
@@ -562,90 +562,6 @@ async fn listen(connector: tls::Connector, changes: broadcast::Sender<Change>) {
     }
 }
 
-/// A query and its parameters, numbered as they are bound.
-struct Sql {
-    text: String,
-    values: Vec<Box<dyn ToSql + Sync + Send>>,
-}
-
-impl Sql {
-    fn new(text: &str) -> Self {
-        Sql {
-            text: text.to_owned(),
-            values: Vec::new(),
-        }
-    }
-    fn push(&mut self, text: &str) -> &mut Self {
-        self.text.push_str(text);
-        self
-    }
-    fn bind<T: ToSql + Sync + Send + 'static>(&mut self, value: T) -> &mut Self {
-        self.values.push(Box::new(value));
-        self.text.push_str(&format!("${}", self.values.len()));
-        self
-    }
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.values
-            .iter()
-            .map(|v| v.as_ref() as &(dyn ToSql + Sync))
-            .collect()
-    }
-}
-
-/// The ListTasks page query: `select` (the columns, without `FROM`) of
-/// the tasks `query` matches after its cursor, newest status first, ties
-/// by id, at most `limit` (one more than a page tells whether another
-/// follows).
-fn page_query(select: &str, tenant: &str, query: &ListQuery, limit: usize) -> Sql {
-    let mut page = Sql::new(&format!("{select} FROM tasks"));
-    push_filters(&mut page, tenant, query);
-    if let Some(c) = &query.cursor {
-        // Strictly after the cursor in (time desc, id asc) order.
-        let (s, n) = c.status;
-        page.push(" AND ((status_seconds, status_nanos) < (")
-            .bind(s)
-            .push(", ")
-            .bind(n)
-            .push(") OR (status_seconds = ")
-            .bind(s)
-            .push(" AND status_nanos = ")
-            .bind(n)
-            .push(" AND id > ")
-            .bind(c.task_id.as_bytes().to_vec())
-            .push("))");
-    }
-    page.push(" ORDER BY status_seconds DESC, status_nanos DESC, id ASC LIMIT ")
-        .bind(limit as i64);
-    page
-}
-
-fn push_filters(sql: &mut Sql, tenant: &str, query: &ListQuery) {
-    sql.push(" WHERE tenant = ")
-        .bind(tenant.as_bytes().to_vec());
-    if let Some(owner) = &query.owner {
-        // An empty owner filter lists nothing: the unowned tasks are no
-        // user's.
-        sql.push(" AND owner = ")
-            .bind(owner.as_bytes().to_vec())
-            .push(" AND owner <> ''::bytea");
-    }
-    if let Some(context) = &query.context_id {
-        sql.push(" AND context_id = ")
-            .bind(context.as_bytes().to_vec());
-    }
-    if let Some(state) = query.state {
-        sql.push(" AND state = ").bind(state as i32);
-    }
-    if let Some(after) = &query.status_after {
-        let (s, n) = time_key(after);
-        sql.push(" AND (status_seconds, status_nanos) >= (")
-            .bind(s)
-            .push(", ")
-            .bind(n)
-            .push(")");
-    }
-}
-
 #[async_trait]
 impl TaskStore for PostgresStore {
     fn backend(&self) -> &'static str {
@@ -888,8 +804,7 @@ impl TaskStore for PostgresStore {
 
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
         let page_size = query.effective_page_size();
-        let mut count = Sql::new("SELECT COUNT(*) FROM tasks");
-        push_filters(&mut count, tenant, query);
+        let count = sql::count_query::<Postgres>(tenant, query);
         let mut client = self.client().await?;
         // One snapshot for the count and the page.
         let tx = snapshot(&mut client).await?;
@@ -901,8 +816,8 @@ impl TaskStore for PostgresStore {
         // The candidates' sizes first (`octet_length` of a stored value
         // reads its header, not its TOAST), then only the records that
         // fit.
-        let sizes = page_query(
-            "SELECT octet_length(record) + changes_bytes",
+        let sizes = sql::page_query::<Postgres>(
+            "SELECT octet_length(record) + changes_bytes FROM tasks",
             tenant,
             query,
             page_size + 1,
@@ -915,7 +830,12 @@ impl TaskStore for PostgresStore {
             .map(|r| r.get(0))
             .collect();
         let (take, more) = crate::store::fitting(sizes.iter().map(|&n| n as usize), page_size);
-        let page = page_query(&format!("SELECT record, {CHANGES}"), tenant, query, take);
+        let page = sql::page_query::<Postgres>(
+            &format!("SELECT record, {CHANGES} FROM tasks"),
+            tenant,
+            query,
+            take,
+        );
         let rows = tx
             .query(&page.text, &page.params())
             .await
@@ -936,12 +856,10 @@ impl TaskStore for PostgresStore {
     async fn count_unfinished(&self) -> Result<Vec<(crate::proto::TaskState, u64)>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(&super::sqlite::unfinished_counts(), &[])
+            .query(&unfinished_counts(), &[])
             .await
             .map_err(unavailable)?;
-        Ok(super::sqlite::counted(
-            rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
-        ))
+        Ok(counted(rows.iter().map(|r| (r.get(0), r.get(1))).collect()))
     }
 
     async fn active_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
@@ -1125,7 +1043,7 @@ impl TaskStore for PostgresStore {
         }
         let sql = format!(
             "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 AND {} LIMIT $2) open",
-            crate::store::OPEN_STATES_SQL
+            sql::OPEN_STATES_SQL
         );
         let client = self.client().await?;
         let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
@@ -1146,7 +1064,7 @@ impl TaskStore for PostgresStore {
             "SELECT tenant, id, owner, status_seconds, status_nanos FROM tasks \
              WHERE {} AND (status_seconds, status_nanos) < ($1, $2) \
              ORDER BY status_seconds, status_nanos LIMIT $3",
-            crate::store::WAITING_STATES_SQL
+            sql::WAITING_STATES_SQL
         );
         let client = self.client().await?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);

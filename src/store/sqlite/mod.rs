@@ -27,15 +27,15 @@ use std::time::Duration;
 use crate::wkt::Timestamp;
 use async_trait::async_trait;
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use rusqlite_migration::{M, Migrations};
 
+use super::sql::{self, Sql, Sqlite, counted, state_list, unfinished_counts};
 use super::{
     Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, codec,
     origin_key, time_key,
 };
-use crate::lifecycle::{StateClass, classify};
+use crate::lifecycle::StateClass;
 use crate::proto::TaskState;
 
 /// The schema, in order; a migration's version is its place in this list
@@ -135,36 +135,6 @@ pub(super) fn map_err(e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// The states of `class` as an SQL list of their numbers, for
-/// `state IN (...)`: the lifecycle core says which states are active or
-/// terminal, and this store asks it rather than keep lists of its own.
-pub(super) fn state_list(class: StateClass) -> String {
-    TaskState::REAL
-        .iter()
-        .filter(|s| classify(**s) == Ok(class))
-        .map(|s| (*s as i32).to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Counts the tasks of each state that has not ended (by the
-/// `tasks_by_state_time` index, which both SQL backends have).
-pub(super) fn unfinished_counts() -> String {
-    format!(
-        "SELECT state, COUNT(*) FROM tasks WHERE state IN ({},{}) GROUP BY state",
-        state_list(StateClass::Active),
-        state_list(StateClass::Interrupted)
-    )
-}
-
-/// [`unfinished_counts`]' rows as states and counts (a number that is no
-/// state, which no write stores, is left out).
-pub(super) fn counted(rows: Vec<(i32, i64)>) -> Vec<(TaskState, u64)> {
-    rows.into_iter()
-        .filter_map(|(state, n)| Some((TaskState::try_from(state).ok()?, n.max(0) as u64)))
-        .collect()
-}
-
 /// The settings every connection to the database takes. WAL and
 /// `synchronous=NORMAL` are the durability promise above; a big page
 /// cache and memory-mapped reads serve the readers, and the WAL is
@@ -228,34 +198,6 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     Migrations::from_slice(MIGRATIONS)
         .to_latest(conn)
         .map_err(|e| StoreError::Internal(format!("sqlite migration failed: {e}")))
-}
-
-/// A statement with `?` placeholders and their values, built a piece at a
-/// time (the ListTasks filters are optional).
-#[derive(Default)]
-struct Sql {
-    text: String,
-    values: Vec<Value>,
-}
-
-impl Sql {
-    fn new(text: &str) -> Self {
-        Sql {
-            text: text.to_owned(),
-            values: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, text: &str) -> &mut Self {
-        self.text.push_str(text);
-        self
-    }
-
-    fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
-        self.text.push('?');
-        self.values.push(value.into());
-        self
-    }
 }
 
 impl SqliteStore {
@@ -434,66 +376,9 @@ fn stored(record: Vec<u8>, version: i64, kept: Kept) -> Result<StoredTask, Store
     })
 }
 
-/// Appends the WHERE clause shared by the page and the count.
-fn push_filters(sql: &mut Sql, tenant: &str, query: &ListQuery) {
-    sql.push(" WHERE tenant = ")
-        .bind(tenant.as_bytes().to_vec());
-    if let Some(owner) = &query.owner {
-        // The second term is the partial index's condition (migration
-        // 0005), repeated so the planner may use it; it also keeps an
-        // empty owner filter from listing the unowned tasks.
-        sql.push(" AND owner = ")
-            .bind(owner.as_bytes().to_vec())
-            .push(" AND owner <> x''");
-    }
-    if let Some(context) = &query.context_id {
-        sql.push(" AND context_id = ")
-            .bind(context.as_bytes().to_vec());
-    }
-    if let Some(state) = query.state {
-        sql.push(" AND state = ").bind(state as i64);
-    }
-    if let Some(after) = &query.status_after {
-        // status timestamp >= after (inclusive), on (seconds, nanos).
-        let (s, n) = time_key(after);
-        sql.push(" AND (status_seconds > ")
-            .bind(s)
-            .push(" OR (status_seconds = ")
-            .bind(s)
-            .push(" AND status_nanos >= ")
-            .bind(n as i64)
-            .push("))");
-    }
-}
-
-/// The ListTasks page query: `select` of the tasks `query` matches after
-/// its cursor, newest status first, ties by id, at most `limit` (one more
-/// than a page tells whether another follows).
-fn page_query(select: &str, tenant: &str, query: &ListQuery, limit: usize) -> Sql {
-    let mut page = Sql::new(select);
-    push_filters(&mut page, tenant, query);
-    if let Some(c) = &query.cursor {
-        // Strictly after the cursor in (time desc, id asc) order. The
-        // redundant `status_seconds <=` bound lets the index seek to the
-        // cursor instead of walking every newer task.
-        let (s, n) = c.status;
-        page.push(" AND status_seconds <= ")
-            .bind(s)
-            .push(" AND (status_seconds < ")
-            .bind(s)
-            .push(" OR (status_seconds = ")
-            .bind(s)
-            .push(" AND (status_nanos < ")
-            .bind(n as i64)
-            .push(" OR (status_nanos = ")
-            .bind(n as i64)
-            .push(" AND id > ")
-            .bind(c.task_id.as_bytes().to_vec())
-            .push("))))");
-    }
-    page.push(" ORDER BY status_seconds DESC, status_nanos DESC, id ASC LIMIT ")
-        .bind(limit as i64);
-    page
+/// The ListTasks page query ([`sql::page_query`]) in SQLite's dialect.
+fn page_query(select: &str, tenant: &str, query: &ListQuery, limit: usize) -> Sql<Sqlite> {
+    sql::page_query(select, tenant, query, limit)
 }
 
 /// A task by key (`sql` selects its record, version, changes' size and
@@ -753,8 +638,7 @@ impl TaskStore for SqliteStore {
 
     async fn list(&self, tenant: &str, query: &ListQuery) -> Result<TaskPage, StoreError> {
         let page_size = query.effective_page_size();
-        let mut count = Sql::new("SELECT COUNT(*) FROM tasks");
-        push_filters(&mut count, tenant, query);
+        let count = sql::count_query::<Sqlite>(tenant, query);
         // The candidates' sizes first (`length` of a blob reads its
         // header, not its pages), then only the records that fit.
         let sizes = page_query(
@@ -900,7 +784,7 @@ impl TaskStore for SqliteStore {
         let sql = format!(
             "SELECT COUNT(*) FROM (SELECT 1 FROM tasks INDEXED BY tasks_open_by_owner \
              WHERE owner = ?1 AND {} LIMIT ?2)",
-            crate::store::OPEN_STATES_SQL
+            sql::OPEN_STATES_SQL
         );
         let owner = owner.as_bytes().to_vec();
         let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);
@@ -925,7 +809,7 @@ impl TaskStore for SqliteStore {
             "SELECT tenant, id, owner, status_seconds, status_nanos FROM tasks \
              WHERE {} AND (status_seconds < ?1 OR (status_seconds = ?1 AND status_nanos < ?2)) \
              ORDER BY status_seconds, status_nanos LIMIT ?3",
-            crate::store::WAITING_STATES_SQL
+            sql::WAITING_STATES_SQL
         );
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
@@ -964,6 +848,7 @@ impl TaskStore for SqliteStore {
 mod tests {
     use super::*;
     use crate::store::Cursor;
+    use rusqlite::types::Value;
 
     /// A write a constraint refuses inside a batch fails alone: the other
     /// writes of its batch commit.

@@ -35,9 +35,10 @@ use std::sync::{Arc, RwLock};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{map_err, state_list};
+use super::map_err;
 use crate::lifecycle::StateClass;
 use crate::store::StoreError;
+use crate::store::sql::state_list;
 
 /// Writes taken into one transaction at most.
 pub const MAX_BATCH: usize = 256;
