@@ -43,11 +43,12 @@ pub struct EncodedTask {
     /// records the writing replica as the one running the task (what
     /// recovery by lease looks at). A creating write always does.
     pub by_run: bool,
-    /// Follow-up messages this write commits whose runs are still to
-    /// start here: a store shared by replicas records that this replica
-    /// owes the task that many runs, until [`TaskStore::claim_run`](super::TaskStore::claim_run) before
-    /// each settles one. A task owing a run to a replica declared dead is
-    /// orphaned ([`TaskStore::orphaned_tasks`](super::TaskStore::orphaned_tasks)).
+    /// Follow-up messages this write commits whose runs are still to start
+    /// here: a store shared by replicas records that this replica owes the task
+    /// that many runs, until
+    /// [`TaskStore::claim_run`](super::TaskStore::claim_run) before each
+    /// settles one. A task owing a run to a replica declared dead is orphaned
+    /// ([`TaskStore::orphaned_tasks`](super::TaskStore::orphaned_tasks)).
     pub owes_runs: u16,
 }
 

@@ -52,8 +52,9 @@ pub fn origin_of(record: &TaskRecord) -> Vec<u8> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum OriginClaim {
     /// Nobody has answered the message or is answering it: the caller runs
-    /// it, and releases the claim ([`TaskStore::release_origin`](super::TaskStore::release_origin)) if the
-    /// run creates no task.
+    /// it, and releases the claim
+    /// ([`TaskStore::release_origin`](super::TaskStore::release_origin)) if
+    /// the run creates no task.
     First,
     /// The message already created this task.
     Task(Box<StoredTask>),

@@ -6,7 +6,7 @@ use super::writer::Kind;
 use super::{PostgresStore, feed, lease, unavailable};
 use crate::store::{OriginClaim, StoreError, TaskStore, origin_key};
 
-/// [`TaskStore::claim_origin`](crate::store::TaskStore::claim_origin).
+/// [`TaskStore::claim_origin`].
 pub(super) async fn claim_origin(
     store: &PostgresStore,
     tenant: &str,
@@ -55,7 +55,7 @@ pub(super) async fn claim_origin(
     })
 }
 
-/// [`TaskStore::release_origin`](crate::store::TaskStore::release_origin).
+/// [`TaskStore::release_origin`].
 pub(super) async fn release_origin(
     store: &PostgresStore,
     tenant: &str,
@@ -76,7 +76,7 @@ pub(super) async fn release_origin(
     Ok(())
 }
 
-/// [`TaskStore::claim_run`](crate::store::TaskStore::claim_run).
+/// [`TaskStore::claim_run`].
 pub(super) async fn claim_run(
     store: &PostgresStore,
     tenant: &str,
@@ -110,7 +110,7 @@ pub(super) async fn claim_run(
     Ok(row.map(|r| r.get::<_, i64>(0) as u64))
 }
 
-/// [`TaskStore::take_runs`](crate::store::TaskStore::take_runs).
+/// [`TaskStore::take_runs`].
 pub(super) async fn take_runs(
     store: &PostgresStore,
     tenant: &str,
@@ -132,7 +132,7 @@ pub(super) async fn take_runs(
     Ok(taken == 1)
 }
 
-/// [`TaskStore::release_run`](crate::store::TaskStore::release_run).
+/// [`TaskStore::release_run`].
 pub(super) async fn release_run(
     store: &PostgresStore,
     tenant: &str,

@@ -11,15 +11,15 @@ use super::reads::snapshot;
 use super::{PostgresStore, tls, unavailable};
 use crate::store::{CatchUp, Caught, Change, StoreError, codec};
 
-/// A task as [`TaskStore::catch_up`](crate::store::TaskStore::catch_up) reads it after version `$3`: its
-/// version; its record only when the changes after `$3` are not all kept
-/// (`base`, the version before the task's first kept change, is past
-/// `$3`), else NULL, never read; and the changes after `$3`, or with the
-/// record those after it (`whole_version`), in order. The changes kept
-/// run without a gap from `base` to the task's version: a whole write of a
-/// running task keeps its own and those since the whole write before it
-/// (migration 0012), any other whole write none. One statement: one
-/// snapshot.
+/// A task as [`TaskStore::catch_up`](crate::store::TaskStore::catch_up)
+/// reads it after version `$3`: its version; its record only when the
+/// changes after `$3` are not all kept (`base`, the version before the
+/// task's first kept change, is past `$3`), else NULL, never read; and the
+/// changes after `$3`, or with the record those after it (`whole_version`),
+/// in order. The changes kept run without a gap from `base` to the task's
+/// version: a whole write of a running task keeps its own and those since
+/// the whole write before it (migration 0012), any other whole write none.
+/// One statement: one snapshot.
 const CATCH_UP: &str = "SELECT t.version, CASE WHEN b.base > $3 THEN t.record END, \
      CASE WHEN t.version > $3 THEN \
      (SELECT array_agg(c.changes ORDER BY c.version) FROM task_changes c \

@@ -54,8 +54,8 @@ pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long each write's events are kept for other replicas' subscribers
 /// ([`TaskStore::catch_up`](super::TaskStore::catch_up)); one further behind gets a fresh snapshot.
 pub const EVENT_LOG_RETAIN: Duration = Duration::from_secs(300);
-/// Changes a follower of [`TaskStore::changes`](super::TaskStore::changes) may fall behind before it
-/// is told of a gap instead.
+/// Changes a follower of [`TaskStore::changes`](super::TaskStore::changes)
+/// may fall behind before it is told of a gap instead.
 pub const CHANGE_BUFFER: usize = 4096;
 
 /// How long a replica's lease lasts unless renewed (`serve --lease`): a
@@ -71,7 +71,8 @@ pub struct PostgresStore {
     /// This replica's id (random, per process, and new each time it was
     /// declared dead) and whether it holds its lease.
     standing: Arc<lease::Standing>,
-    /// The epoch of each role this replica holds ([`TaskStore::hold`](crate::store::TaskStore::hold)).
+    /// The epoch of each role this replica holds
+    /// ([`TaskStore::hold`](crate::store::TaskStore::hold)).
     epochs: Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>,
     changes: broadcast::Sender<Change>,
     /// Ends the lease's renewal, the event log's trimming and the
