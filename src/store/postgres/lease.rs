@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::tls::Connector;
 use super::unavailable;
 use crate::store::StoreError;
 
@@ -273,6 +274,45 @@ pub async fn keep(standing: Arc<Standing>, connect: Connect) {
 
 pub fn hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The lease renewal's own connection ([`keep`]), made with the
+/// store's settings (TLS included); its statements time out with the
+/// renewal's deadline.
+pub(super) fn renewal_connection(connector: &Connector, lease: Duration) -> Connect {
+    let connector = connector.clone();
+    let deadline = (lease / RENEWAL_DEADLINE_PART).as_millis().max(1);
+    Arc::new(move || {
+        let connector = connector.clone();
+        Box::pin(async move {
+            let (client, connection) = connector.connect().await.map_err(unavailable)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "the lease renewal's connection closed");
+                }
+            });
+            // A renewal need not wait for the disk: one lost with a crash of
+            // the database only ends the lease sooner in the database than
+            // here, and whatever this replica writes then is fenced there
+            // (`a2a_fence`). Waiting for the WAL flush behind the writers'
+            // commits made renewals late under load (the fault harness:
+            // healthy replicas losing their lease).
+            client
+                .batch_execute(&format!(
+                    "SET statement_timeout = {deadline}; SET synchronous_commit = off"
+                ))
+                .await
+                .map_err(unavailable)?;
+            Ok(client)
+        })
+    })
+}
+
+/// Declares dead the replicas whose lease ran out (`a2a_reap`), before
+/// anything they held is taken over.
+pub(super) async fn reap(client: &tokio_postgres::Client) -> Result<(), StoreError> {
+    client.execute(REAP, &[]).await.map_err(unavailable)?;
+    Ok(())
 }
 
 #[cfg(test)]
