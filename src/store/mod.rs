@@ -27,6 +27,7 @@ mod error;
 mod list;
 mod origin;
 mod outbox;
+mod owner;
 mod replicas;
 mod sql;
 mod task_store;
@@ -43,6 +44,7 @@ pub use list::{
 pub use memory::MemoryStore;
 pub use origin::{OriginClaim, origin_key, origin_message_id, origin_of};
 pub use outbox::{DELIVERY_ROLE, Delivery, OutboxEntry};
+pub use owner::{Owner, OwnerFilter};
 pub use postgres::PostgresStore;
 pub use replicas::{CatchUp, Caught, Change};
 pub use sqlite::SqliteStore;

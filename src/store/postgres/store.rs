@@ -11,7 +11,7 @@ use super::writer::Kind;
 use super::{PostgresStore, claims, feed, jobs, outbox, reads, recovery};
 use crate::proto::TaskState;
 use crate::store::{
-    CatchUp, Change, Delivery, EncodedTask, ListQuery, OriginClaim, StoreError, StoredTask,
+    CatchUp, Change, Delivery, EncodedTask, ListQuery, OriginClaim, Owner, StoreError, StoredTask,
     TaskPage, TaskStore, Waiting,
 };
 use crate::wkt::Timestamp;
@@ -50,17 +50,22 @@ impl TaskStore for PostgresStore {
         reads::get(self, tenant, task_id).await
     }
 
-    async fn get_owned(
+    async fn get_owned_by(
         &self,
         tenant: &str,
         task_id: &str,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<Option<StoredTask>, StoreError> {
-        reads::get_owned(self, tenant, task_id, owner).await
+        reads::get_owned_by(self, tenant, task_id, owner).await
     }
 
-    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
-        reads::owns(self, tenant, task_id, owner).await
+    async fn is_owned_by(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &Owner,
+    ) -> Result<bool, StoreError> {
+        reads::is_owned_by(self, tenant, task_id, owner).await
     }
 
     async fn find_by_origin(
@@ -80,8 +85,12 @@ impl TaskStore for PostgresStore {
         reads::count_unfinished(self).await
     }
 
-    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
-        reads::count_open_owned(self, owner, at_most).await
+    async fn count_open_owned_by(
+        &self,
+        owner: &Owner,
+        at_most: usize,
+    ) -> Result<usize, StoreError> {
+        reads::count_open_owned_by(self, owner, at_most).await
     }
 
     async fn waiting_before(
