@@ -92,7 +92,7 @@ use crate::lifecycle::history::task_view;
 use crate::lifecycle::{Cause, HistoryLength, StatusUpdate, TaskEvent, TransitionPolicy};
 use crate::proto::{Message, Task, TaskState};
 use crate::store::{
-    Caller, ListQuery, OriginClaim as StoreClaim, StoreError, TaskPage, TaskStore, origin_key,
+    Caller, ListQuery, OriginState as StoreClaim, StoreError, TaskPage, TaskStore, origin_key,
 };
 use live::{ApplyFailure, Author, LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
 
@@ -1224,7 +1224,7 @@ impl TaskManager {
     /// after a gap in them, and every [`CATCH_UP_EVERY`] whatever comes,
     /// every followed task is caught up from the store by version.
     pub async fn follow_changes(self) {
-        use crate::store::Change;
+        use crate::store::WriteNotice;
         use tokio::sync::broadcast::error::RecvError;
         let Some(mut changes) = self.shared.store.changes() else {
             return;
@@ -1237,7 +1237,7 @@ impl TaskManager {
             // have missed a cancel); Some(false): the followed ones.
             let all = tokio::select! {
                 change = changes.recv() => match change {
-                    Ok(Change::Task { tenant, task_id, version }) => {
+                    Ok(WriteNotice::Task { tenant, task_id, version }) => {
                         let key = TaskKey { tenant, id: task_id };
                         // Behind, or a queued run waits for the claim
                         // this may be the release of.
@@ -1248,11 +1248,11 @@ impl TaskManager {
                         }
                         None
                     }
-                    Ok(Change::Outbox) => {
+                    Ok(WriteNotice::Outbox) => {
                         self.shared.outbox.notify_one();
                         None
                     }
-                    Ok(Change::Gap) | Err(RecvError::Lagged(_)) => {
+                    Ok(WriteNotice::Gap) | Err(RecvError::Lagged(_)) => {
                         self.shared.outbox.notify_one();
                         Some(true)
                     }

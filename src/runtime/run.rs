@@ -39,7 +39,7 @@ pub(super) async fn start_new(
 }
 
 /// A message an earlier run of which ended without its task stored
-/// ([`crate::store::OriginClaim::Lost`]: its replica declared dead, or the
+/// ([`crate::store::OriginState::Lost`]: its replica declared dead, or the
 /// store refusing the create): its task is created FAILED with
 /// [`LOST_MESSAGE_FAILURE`], and the agent is not run. The earlier run's
 /// agent may have acted (its side effects, if any, happened); running the

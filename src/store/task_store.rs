@@ -7,8 +7,8 @@ use crate::wkt::Timestamp;
 use async_trait::async_trait;
 
 use super::{
-    CatchUp, Caught, Change, Delivery, EncodedTask, ListQuery, OriginClaim, Owner, StoreError,
-    TaskPage, Waiting,
+    CatchUp, Caught, Delivery, EncodedTask, ListQuery, OriginState, Owner, StoreError, TaskPage,
+    Waiting, WriteNotice,
 };
 
 /// A stored task and its version.
@@ -52,16 +52,16 @@ pub trait TaskStore: Send + Sync + 'static {
         tenant: &str,
         owner: &str,
         message_id: &str,
-    ) -> Result<OriginClaim, StoreError> {
+    ) -> Result<OriginState, StoreError> {
         Ok(
             match self.find_by_origin(tenant, owner, message_id).await? {
-                Some(task) => OriginClaim::Task(Box::new(task)),
-                None => OriginClaim::First,
+                Some(task) => OriginState::Task(Box::new(task)),
+                None => OriginState::First,
             },
         )
     }
 
-    /// Releases a claim ([`OriginClaim::First`]) whose run created no task
+    /// Releases a claim ([`OriginState::First`]) whose run created no task
     /// (a direct reply, a failure): the message may be sent again.
     async fn release_origin(
         &self,
@@ -244,7 +244,7 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Committed task writes as they happen, from every replica, when the
     /// store is shared by replicas; `None` for a store of one process.
     /// Only a wake-up: a change missed is caught up by version.
-    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<WriteNotice>> {
         None
     }
 
