@@ -22,8 +22,8 @@ use a2a_lifecycle::proto::{
 };
 use a2a_lifecycle::runtime::{RESTART_FAILURE, RuntimeConfig};
 use a2a_lifecycle::store::{
-    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, SqliteStore, StoreError, StoredTask,
-    TaskPage, TaskStore,
+    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, Owner, SqliteStore, StoreError,
+    StoredTask, TaskPage, TaskStore,
 };
 use support::*;
 
@@ -378,16 +378,21 @@ impl TaskStore for FailingWrites {
     ) -> Result<Option<StoredTask>, StoreError> {
         self.inner.find_by_origin(tenant, owner, message_id).await
     }
-    async fn get_owned(
+    async fn get_owned_by(
         &self,
         tenant: &str,
         task_id: &str,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<Option<StoredTask>, StoreError> {
-        self.inner.get_owned(tenant, task_id, owner).await
+        self.inner.get_owned_by(tenant, task_id, owner).await
     }
-    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
-        self.inner.owns(tenant, task_id, owner).await
+    async fn is_owned_by(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &Owner,
+    ) -> Result<bool, StoreError> {
+        self.inner.is_owned_by(tenant, task_id, owner).await
     }
     async fn outbox(&self, after: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         self.inner.outbox(after, limit).await
@@ -420,8 +425,12 @@ impl TaskStore for FailingWrites {
         self.inner.purge_terminal_before(before).await
     }
 
-    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
-        self.inner.count_open_owned(owner, at_most).await
+    async fn count_open_owned_by(
+        &self,
+        owner: &Owner,
+        at_most: usize,
+    ) -> Result<usize, StoreError> {
+        self.inner.count_open_owned_by(owner, at_most).await
     }
 
     async fn waiting_before(

@@ -18,7 +18,7 @@ use a2a_lifecycle::lifecycle::HistoryLength;
 use a2a_lifecycle::proto::{Task, TaskState};
 use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskHandle, TaskManager};
 use a2a_lifecycle::store::{
-    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, StoreError, StoredTask, TaskPage,
+    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, Owner, StoreError, StoredTask, TaskPage,
     TaskStore,
 };
 use support::*;
@@ -83,16 +83,16 @@ impl TaskStore for Flaky {
     ) -> Result<Option<StoredTask>, StoreError> {
         self.inner.find_by_origin(t, o, m).await
     }
-    async fn get_owned(
+    async fn get_owned_by(
         &self,
         t: &str,
         id: &str,
-        o: &str,
+        o: &Owner,
     ) -> Result<Option<StoredTask>, StoreError> {
-        self.inner.get_owned(t, id, o).await
+        self.inner.get_owned_by(t, id, o).await
     }
-    async fn owns(&self, t: &str, id: &str, o: &str) -> Result<bool, StoreError> {
-        self.inner.owns(t, id, o).await
+    async fn is_owned_by(&self, t: &str, id: &str, o: &Owner) -> Result<bool, StoreError> {
+        self.inner.is_owned_by(t, id, o).await
     }
     async fn outbox(&self, after: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         self.inner.outbox(after, limit).await
@@ -127,8 +127,12 @@ impl TaskStore for Flaky {
         self.inner.purge_terminal_before(b).await
     }
 
-    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
-        self.inner.count_open_owned(owner, at_most).await
+    async fn count_open_owned_by(
+        &self,
+        owner: &Owner,
+        at_most: usize,
+    ) -> Result<usize, StoreError> {
+        self.inner.count_open_owned_by(owner, at_most).await
     }
 
     async fn waiting_before(

@@ -100,17 +100,17 @@ async fn a_role_is_held_by_one_replica_at_a_time() {
 /// released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_is_claimed_by_one_replica() {
-    use a2a_lifecycle::store::OriginClaim;
+    use a2a_lifecycle::store::OriginState;
     let Some((a, b)) = two_replicas().await else {
         return;
     };
     assert_eq!(
         a.claim_origin("t", "", "m1").await.unwrap(),
-        OriginClaim::First
+        OriginState::First
     );
     assert_eq!(
         b.claim_origin("t", "", "m1").await.unwrap(),
-        OriginClaim::Elsewhere
+        OriginState::Elsewhere
     );
     let mut message = support::user_message("hello");
     message.message_id = "m1".into();
@@ -122,29 +122,29 @@ async fn a_message_is_claimed_by_one_replica() {
     );
     a.create("t", &record).await.unwrap();
     match b.claim_origin("t", "", "m1").await.unwrap() {
-        OriginClaim::Task(task) => assert_eq!(task.record.task.id, "task-1"),
+        OriginState::Task(task) => assert_eq!(task.record.task.id, "task-1"),
         other => panic!("expected the task, got {other:?}"),
     }
     // A direct reply: released, and the message may run again.
     assert_eq!(
         a.claim_origin("t", "", "m2").await.unwrap(),
-        OriginClaim::First
+        OriginState::First
     );
     a.release_origin("t", "", "m2").await.unwrap();
     assert_eq!(
         b.claim_origin("t", "", "m2").await.unwrap(),
-        OriginClaim::First
+        OriginState::First
     );
     // A run that ended without its task stored keeps its claim: claimed
     // again, by the same replica too, it is lost (its agent may have
     // acted), not run again.
     assert_eq!(
         b.claim_origin("t", "", "m2").await.unwrap(),
-        OriginClaim::Lost
+        OriginState::Lost
     );
     assert_eq!(
         a.claim_origin("t", "", "m2").await.unwrap(),
-        OriginClaim::Elsewhere
+        OriginState::Elsewhere
     );
 }
 
@@ -154,7 +154,7 @@ async fn a_message_is_claimed_by_one_replica() {
 /// has expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tasks_runs_are_claimed_by_one_replica_at_a_time() {
-    use a2a_lifecycle::store::Change;
+    use a2a_lifecycle::store::WriteNotice;
     let Some(url) = support::postgres::fresh_schema().await else {
         return;
     };
@@ -190,7 +190,7 @@ async fn a_tasks_runs_are_claimed_by_one_replica_at_a_time() {
                 .await
                 .unwrap();
             let probe = tokio::time::timeout(std::time::Duration::from_millis(100), heard.recv());
-            if let Ok(Ok(Change::Task { task_id, .. })) = probe.await
+            if let Ok(Ok(WriteNotice::Task { task_id, .. })) = probe.await
                 && task_id == "probe"
             {
                 break;
@@ -201,7 +201,7 @@ async fn a_tasks_runs_are_claimed_by_one_replica_at_a_time() {
     a.release_run("t", "task-1").await.unwrap();
     support::within("the release announced", async {
         loop {
-            if let Ok(Change::Task {
+            if let Ok(WriteNotice::Task {
                 task_id, version, ..
             }) = heard.recv().await
                 && task_id == "task-1"
@@ -374,13 +374,13 @@ fn created_by(task_id: &str, message_id: &str) -> a2a_lifecycle::lifecycle::Task
 /// has not noticed yet, and it rejoins under a new id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id() {
-    use a2a_lifecycle::store::{OriginClaim, StoreError};
+    use a2a_lifecycle::store::{OriginState, StoreError};
     let Some((a, b, admin)) = two_short_leases().await else {
         return;
     };
     assert_eq!(
         a.claim_origin("t", "", "m1").await.unwrap(),
-        OriginClaim::First
+        OriginState::First
     );
     let old = a.replica_id();
     let mut losses = a.lease_losses().expect("a store shared by replicas");
@@ -389,7 +389,7 @@ async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id(
     // acted on it (B records its task without running it).
     assert_eq!(
         b.claim_origin("t", "", "m1").await.unwrap(),
-        OriginClaim::Lost
+        OriginState::Lost
     );
     b.create("t", &created_by("task-b", "m1")).await.unwrap();
     // A, resumed, still holds its lease by its own clock, but what it
@@ -436,14 +436,14 @@ async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id(
 /// terminal task, is forgotten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_replicas_claim_outlives_a_retention_sweep() {
-    use a2a_lifecycle::store::OriginClaim;
+    use a2a_lifecycle::store::OriginState;
     let Some((a, b, admin)) = two_short_leases().await else {
         return;
     };
     for m in ["m1", "m3"] {
         assert_eq!(
             a.claim_origin("t", "", m).await.unwrap(),
-            OriginClaim::First
+            OriginState::First
         );
     }
     let old = a.replica_id();
@@ -456,7 +456,7 @@ async fn a_dead_replicas_claim_outlives_a_retention_sweep() {
     assert_eq!(b.purge_terminal_before(&week_ago).await.unwrap(), 0);
     assert_eq!(
         b.claim_origin("t", "", "m1").await.unwrap(),
-        OriginClaim::Lost,
+        OriginState::Lost,
         "the retry of a message a dead replica may have acted on ran again"
     );
     // A claim of a replica dead for longer than the retention goes, as
@@ -471,7 +471,7 @@ async fn a_dead_replicas_claim_outlives_a_retention_sweep() {
     assert_eq!(b.purge_terminal_before(&week_ago).await.unwrap(), 0);
     assert_eq!(
         b.claim_origin("t", "", "m3").await.unwrap(),
-        OriginClaim::First,
+        OriginState::First,
         "a claim older than the retention is forgotten"
     );
 }

@@ -165,7 +165,7 @@ impl TaskManager {
     /// after a gap in them, and every [`CATCH_UP_EVERY`] whatever comes,
     /// every followed task is caught up from the store by version.
     pub async fn follow_changes(self) {
-        use crate::store::Change;
+        use crate::store::WriteNotice;
         use tokio::sync::broadcast::error::RecvError;
         let Some(mut changes) = self.shared.store.changes() else {
             return;
@@ -178,7 +178,7 @@ impl TaskManager {
             // have missed a cancel); Some(false): the followed ones.
             let all = tokio::select! {
                 change = changes.recv() => match change {
-                    Ok(Change::Task { tenant, task_id, version }) => {
+                    Ok(WriteNotice::Task { tenant, task_id, version }) => {
                         let key = TaskKey { tenant, id: task_id };
                         // Behind, or a queued run waits for the claim
                         // this may be the release of.
@@ -189,11 +189,11 @@ impl TaskManager {
                         }
                         None
                     }
-                    Ok(Change::Outbox) => {
+                    Ok(WriteNotice::Outbox) => {
                         self.shared.outbox.notify_one();
                         None
                     }
-                    Ok(Change::Gap) | Err(RecvError::Lagged(_)) => {
+                    Ok(WriteNotice::Gap) | Err(RecvError::Lagged(_)) => {
                         self.shared.outbox.notify_one();
                         Some(true)
                     }

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use super::{Shared, TaskManager, store_error};
 use crate::error::A2aError;
 use crate::proto::Message;
-use crate::store::{Caller, OriginClaim as StoreClaim};
+use crate::store::{Caller, OriginState as StoreClaim};
 
 /// Repeats waiting on the first request for (tenant, message_id).
 pub(super) type OriginWaiters =

@@ -64,7 +64,7 @@ impl TaskManager {
         let query = match caller.owner_filter() {
             Some(owner) => {
                 scoped = ListQuery {
-                    owner: Some(owner.to_owned()),
+                    owner: Some(owner.into()),
                     ..query.clone()
                 };
                 &scoped

@@ -5,7 +5,7 @@ use crate::lifecycle::{HistoryLength, TaskRecord};
 use crate::proto::{Task, TaskState};
 use crate::wkt::Timestamp;
 
-use super::{Cursor, StoreError, codec};
+use super::{Cursor, OwnerFilter, StoreError, codec};
 
 /// Default ListTasks page size (proto `ListTasksRequest.page_size`).
 pub const DEFAULT_PAGE_SIZE: usize = 50;
@@ -18,8 +18,9 @@ pub const MAX_PAGE_SIZE: usize = 100;
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
     /// Only the tasks this principal created (a `user`'s listing; see
-    /// [`Caller::owner_filter`](super::Caller::owner_filter)); `Some("")` matches nothing.
-    pub owner: Option<String>,
+    /// [`Caller::owner_filter`](super::Caller::owner_filter)), made from
+    /// its name: `Some("alice".into())`. The empty name's lists nothing.
+    pub owner: Option<OwnerFilter>,
     pub context_id: Option<String>,
     pub state: Option<TaskState>,
     /// Only tasks whose status timestamp is >= this (proto

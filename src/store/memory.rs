@@ -24,8 +24,8 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 use super::{
-    Body, Cursor, Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore,
-    TimeKey, codec, origin_key, origin_of, time_key,
+    Body, Cursor, Delivery, EncodedTask, ListQuery, Owner, OwnerFilter, StoreError, StoredTask,
+    TaskPage, TaskStore, TimeKey, codec, origin_key, origin_of, time_key,
 };
 use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
@@ -52,8 +52,8 @@ struct Entry {
     state: i32,
     status: TimeKey,
     context_id: Box<str>,
-    /// [`EncodedTask::owner`]: "" (no allocation) for most stores.
-    owner: Box<str>,
+    /// [`EncodedTask::owner`]: none (no allocation) for most stores.
+    owner: Option<Owner>,
 }
 
 impl Entry {
@@ -71,7 +71,7 @@ impl Entry {
             state: task.state as i32,
             status: task.status,
             context_id: task.context_id.as_str().into(),
-            owner: task.owner.as_str().into(),
+            owner: Owner::new(&task.owner),
         })
     }
 
@@ -106,17 +106,17 @@ struct TenantTasks {
     /// counts its own tasks, not the tenant's (as SQLite's
     /// `tasks_by_owner`), so listing costs a principal with few tasks little
     /// however many the others have.
-    by_owner: FoldMap<Box<str>, BTreeSet<OrderKey>>,
+    by_owner: FoldMap<Owner, BTreeSet<OrderKey>>,
     /// Idempotency key ([`super::origin_key`]) -> task id.
     by_origin: HashMap<Box<[u8]>, Arc<str>>,
 }
 
 impl TenantTasks {
     /// Puts `key` in the orders (the tenant's, and its owner's).
-    fn index(&mut self, key: OrderKey, owner: &str) {
-        if !owner.is_empty() {
+    fn index(&mut self, key: OrderKey, owner: Option<&Owner>) {
+        if let Some(owner) = owner {
             self.by_owner
-                .entry(owner.into())
+                .entry(owner.clone())
                 .or_default()
                 .insert(key.clone());
         }
@@ -124,9 +124,11 @@ impl TenantTasks {
     }
 
     /// Takes `key` out of the orders.
-    fn unindex(&mut self, key: &OrderKey, owner: &str) {
+    fn unindex(&mut self, key: &OrderKey, owner: Option<&Owner>) {
         self.order.remove(key);
-        if let Some(owned) = self.by_owner.get_mut(owner) {
+        if let Some(owner) = owner
+            && let Some(owned) = self.by_owner.get_mut(owner)
+        {
             owned.remove(key);
             if owned.is_empty() {
                 self.by_owner.remove(owner);
@@ -210,7 +212,7 @@ impl TaskStore for MemoryStore {
             }
             tasks.by_origin.insert(origin.into(), id.clone());
         }
-        tasks.index((Reverse(entry.status), id.clone()), &entry.owner);
+        tasks.index((Reverse(entry.status), id.clone()), entry.owner.as_ref());
         tasks.by_id.insert(id, entry);
         if !task.outbox.is_empty() {
             self.outbox.lock().map_err(poisoned)?.add(tenant, task);
@@ -227,27 +229,32 @@ impl TaskStore for MemoryStore {
             .transpose()
     }
 
-    async fn get_owned(
+    async fn get_owned_by(
         &self,
         tenant: &str,
         task_id: &str,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<Option<StoredTask>, StoreError> {
         let tenants = self.tenants.read().map_err(poisoned)?;
         tenants
             .get(tenant)
             .and_then(|t| t.by_id.get(task_id))
-            .filter(|e| !owner.is_empty() && &*e.owner == owner)
+            .filter(|e| e.owner.as_ref() == Some(owner))
             .map(Entry::stored)
             .transpose()
     }
 
-    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
+    async fn is_owned_by(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &Owner,
+    ) -> Result<bool, StoreError> {
         let tenants = self.tenants.read().map_err(poisoned)?;
         Ok(tenants
             .get(tenant)
             .and_then(|t| t.by_id.get(task_id))
-            .is_some_and(|e| !owner.is_empty() && &*e.owner == owner))
+            .is_some_and(|e| e.owner.as_ref() == Some(owner)))
     }
 
     async fn find_by_origin(
@@ -306,8 +313,8 @@ impl TaskStore for MemoryStore {
         if old != new {
             // A task's owner never changes.
             let owner = stored.owner.clone();
-            tasks.unindex(&(Reverse(old), key.clone()), &owner);
-            tasks.index((Reverse(new), key), &owner);
+            tasks.unindex(&(Reverse(old), key.clone()), owner.as_ref());
+            tasks.index((Reverse(new), key), owner.as_ref());
         }
         if !task.outbox.is_empty() {
             self.outbox.lock().map_err(poisoned)?.add(tenant, task);
@@ -328,11 +335,10 @@ impl TaskStore for MemoryStore {
                 .context_id
                 .as_deref()
                 .is_none_or(|c| &*entry.context_id == c);
-            // An empty owner owns nothing: unowned tasks are no user's.
             let owner_ok = query
                 .owner
-                .as_deref()
-                .is_none_or(|o| !o.is_empty() && &*entry.owner == o);
+                .as_ref()
+                .is_none_or(|o| o.owner().is_some_and(|o| entry.owner.as_ref() == Some(o)));
             (state_ok && context_ok && owner_ok).then_some(entry)
         };
         // The index is sorted newest first, so the timestamp filter is a
@@ -340,8 +346,8 @@ impl TaskStore for MemoryStore {
         let in_window = |key: &&OrderKey| after.is_none_or(|a| key.0.0 >= a);
         // A user's list reads its own order.
         let empty = BTreeSet::new();
-        let order = match query.owner.as_deref() {
-            Some(owner) => tasks.by_owner.get(owner).unwrap_or(&empty),
+        let order = match query.owner.as_ref().map(OwnerFilter::owner) {
+            Some(owner) => owner.and_then(|o| tasks.by_owner.get(o)).unwrap_or(&empty),
             None => &tasks.order,
         };
 
@@ -427,14 +433,17 @@ impl TaskStore for MemoryStore {
         Ok(counts.into_iter().collect())
     }
 
-    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+    async fn count_open_owned_by(
+        &self,
+        owner: &Owner,
+        at_most: usize,
+    ) -> Result<usize, StoreError> {
         let tenants = self.tenants.read().map_err(poisoned)?;
         Ok(tenants
             .values()
             .flat_map(|t| t.by_id.values())
             .filter(|e| {
-                !owner.is_empty()
-                    && &*e.owner == owner
+                e.owner.as_ref() == Some(owner)
                     && state_from_i32(e.state).is_ok_and(|s| !s.is_terminal())
             })
             .take(at_most)
@@ -457,7 +466,7 @@ impl TaskStore for MemoryStore {
             .map(|(tenant, id, e)| super::Waiting {
                 tenant: tenant.clone(),
                 task_id: id.to_string(),
-                owner: e.owner.to_string(),
+                owner: e.owner.as_ref().map_or("", Owner::as_str).to_owned(),
                 since: e.status,
             })
             .collect();
@@ -481,7 +490,7 @@ impl TaskStore for MemoryStore {
                 .collect();
             for id in expired {
                 if let Some(entry) = tasks.by_id.remove(&id) {
-                    tasks.unindex(&(Reverse(entry.status), id), &entry.owner);
+                    tasks.unindex(&(Reverse(entry.status), id), entry.owner.as_ref());
                     // The creating message is read back from the record
                     // (purges are rare; an index field would cost every task).
                     let record = decode(&entry.parts())?;

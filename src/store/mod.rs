@@ -27,6 +27,7 @@ mod error;
 mod list;
 mod origin;
 mod outbox;
+mod owner;
 mod replicas;
 mod sql;
 mod task_store;
@@ -41,9 +42,10 @@ pub use list::{
     time_key,
 };
 pub use memory::MemoryStore;
-pub use origin::{OriginClaim, origin_key, origin_message_id, origin_of};
+pub use origin::{OriginState, origin_key, origin_message_id, origin_of};
 pub use outbox::{DELIVERY_ROLE, Delivery, OutboxEntry};
+pub use owner::{Owner, OwnerFilter};
 pub use postgres::PostgresStore;
-pub use replicas::{CatchUp, Caught, Change};
+pub use replicas::{CatchUp, Caught, WriteNotice};
 pub use sqlite::SqliteStore;
 pub use task_store::{StoredTask, TaskStore};

@@ -3,7 +3,7 @@
 
 use crate::lifecycle::TaskRecord;
 
-use super::StoredTask;
+use super::{Owner, StoredTask};
 
 /// The idempotency key of a new task (spec §3.3.1), per principal so that
 /// one cannot learn or replay another's message ids. For a task without
@@ -13,7 +13,7 @@ use super::StoredTask;
 /// unowned key whatever the message id; then the owner, length-prefixed so
 /// that no two (owner, message id) pairs share a key, then the message id.
 pub fn origin_key(owner: &str, message_id: &str) -> Vec<u8> {
-    if owner.is_empty() {
+    if !Owner::can_own(owner) {
         return message_id.as_bytes().to_vec();
     }
     let mut key = Vec::with_capacity(1 + 4 + owner.len() + message_id.len());
@@ -50,7 +50,7 @@ pub fn origin_of(record: &TaskRecord) -> Vec<u8> {
 /// What claiming a new message's idempotency key found (spec §3.3.1;
 /// [`TaskStore::claim_origin`](super::TaskStore::claim_origin)).
 #[derive(Debug, Clone, PartialEq)]
-pub enum OriginClaim {
+pub enum OriginState {
     /// Nobody has answered the message or is answering it: the caller runs
     /// it, and releases the claim
     /// ([`TaskStore::release_origin`](super::TaskStore::release_origin)) if

@@ -6,7 +6,7 @@ use crate::lifecycle::TaskRecord;
 /// A task write another replica committed, as a store shared by replicas
 /// reports it ([`TaskStore::changes`](super::TaskStore::changes)).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub enum WriteNotice {
     /// The task is at `version` now.
     Task {
         tenant: String,

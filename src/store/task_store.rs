@@ -7,8 +7,8 @@ use crate::wkt::Timestamp;
 use async_trait::async_trait;
 
 use super::{
-    CatchUp, Caught, Change, Delivery, EncodedTask, ListQuery, OriginClaim, StoreError, TaskPage,
-    Waiting,
+    CatchUp, Caught, Delivery, EncodedTask, ListQuery, OriginState, Owner, StoreError, TaskPage,
+    Waiting, WriteNotice,
 };
 
 /// A stored task and its version.
@@ -52,16 +52,16 @@ pub trait TaskStore: Send + Sync + 'static {
         tenant: &str,
         owner: &str,
         message_id: &str,
-    ) -> Result<OriginClaim, StoreError> {
+    ) -> Result<OriginState, StoreError> {
         Ok(
             match self.find_by_origin(tenant, owner, message_id).await? {
-                Some(task) => OriginClaim::Task(Box::new(task)),
-                None => OriginClaim::First,
+                Some(task) => OriginState::Task(Box::new(task)),
+                None => OriginState::First,
             },
         )
     }
 
-    /// Releases a claim ([`OriginClaim::First`]) whose run created no task
+    /// Releases a claim ([`OriginState::First`]) whose run created no task
     /// (a direct reply, a failure): the message may be sent again.
     async fn release_origin(
         &self,
@@ -77,19 +77,46 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// The task and its version if `owner` created it, else `None`, as for
     /// a task that does not exist: the owner is part of the lookup, so
-    /// another principal's task is never read (spec §13.1). The empty name
-    /// owns nothing (tasks created without authentication are no user's).
+    /// another principal's task is never read (spec §13.1).
+    async fn get_owned_by(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &Owner,
+    ) -> Result<Option<StoredTask>, StoreError>;
+
+    /// [`TaskStore::get_owned_by`] the principal named `owner`; `None` for
+    /// the empty name, which owns nothing ([`Owner::new`]).
     async fn get_owned(
         &self,
         tenant: &str,
         task_id: &str,
         owner: &str,
-    ) -> Result<Option<StoredTask>, StoreError>;
+    ) -> Result<Option<StoredTask>, StoreError> {
+        match Owner::new(owner) {
+            Some(owner) => self.get_owned_by(tenant, task_id, &owner).await,
+            None => Ok(None),
+        }
+    }
 
-    /// Whether `owner` created the task: [`TaskStore::get_owned`] without
-    /// reading the record, so the answer costs the same for another's task
-    /// and a missing one.
-    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError>;
+    /// Whether `owner` created the task: [`TaskStore::get_owned_by`]
+    /// without reading the record, so the answer costs the same for
+    /// another's task and a missing one.
+    async fn is_owned_by(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &Owner,
+    ) -> Result<bool, StoreError>;
+
+    /// [`TaskStore::is_owned_by`] the principal named `owner`; `false` for
+    /// the empty name, which owns nothing ([`Owner::new`]).
+    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
+        match Owner::new(owner) {
+            Some(owner) => self.is_owned_by(tenant, task_id, &owner).await,
+            None => Ok(false),
+        }
+    }
 
     /// Whether the store takes writes of changes ([`Body::Changes`](super::Body::Changes));
     /// otherwise every write it gets is whole.
@@ -217,7 +244,7 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Committed task writes as they happen, from every replica, when the
     /// store is shared by replicas; `None` for a store of one process.
     /// Only a wake-up: a change missed is caught up by version.
-    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<WriteNotice>> {
         None
     }
 
@@ -270,10 +297,19 @@ pub trait TaskStore: Send + Sync + 'static {
     /// returns how many were deleted (retention).
     async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError>;
 
-    /// How many tasks `owner` (not "") has that have not ended, in every
-    /// tenant, counting at most `at_most` (a quota's check need not count
-    /// further).
-    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError>;
+    /// How many tasks `owner` has that have not ended, in every tenant,
+    /// counting at most `at_most` (a quota's check need not count further).
+    async fn count_open_owned_by(&self, owner: &Owner, at_most: usize)
+    -> Result<usize, StoreError>;
+
+    /// [`TaskStore::count_open_owned_by`] the principal named `owner`; 0
+    /// for the empty name, which owns nothing ([`Owner::new`]).
+    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
+        match Owner::new(owner) {
+            Some(owner) => self.count_open_owned_by(&owner, at_most).await,
+            None => Ok(0),
+        }
+    }
 
     /// Tasks waiting for input (INPUT_REQUIRED, AUTH_REQUIRED) since
     /// before `before`, oldest first, at most `limit`: what the input-wait

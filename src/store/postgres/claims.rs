@@ -2,9 +2,9 @@
 //! idempotency key, so that one replica runs it, and a task's runs, so
 //! that one replica at a time runs the task.
 
-use super::writer::Kind;
+use super::writer::WriteKind;
 use super::{PostgresStore, feed, lease, unavailable};
-use crate::store::{OriginClaim, StoreError, TaskStore, origin_key};
+use crate::store::{OriginState, StoreError, TaskStore, origin_key};
 
 /// [`TaskStore::claim_origin`].
 pub(super) async fn claim_origin(
@@ -12,15 +12,15 @@ pub(super) async fn claim_origin(
     tenant: &str,
     owner: &str,
     message_id: &str,
-) -> Result<OriginClaim, StoreError> {
+) -> Result<OriginState, StoreError> {
     let key = origin_key(owner, message_id);
     if store
         .writers
-        .write(tenant, Kind::Claim(key.clone()))
+        .write(tenant, WriteKind::Claim(key.clone()))
         .await?
         == 1
     {
-        return Ok(OriginClaim::First);
+        return Ok(OriginState::First);
     }
     // Taken: by the task the message created, by a replica answering
     // it now, or by a run that ended without its task stored: a dead
@@ -29,7 +29,7 @@ pub(super) async fn claim_origin(
     // run's agent may have acted on the message: the claim is taken
     // over as lost.
     if let Some(task) = store.find_by_origin(tenant, owner, message_id).await? {
-        return Ok(OriginClaim::Task(Box::new(task)));
+        return Ok(OriginState::Task(Box::new(task)));
     }
     store.standing.check()?;
     let client = store.client().await?;
@@ -48,10 +48,10 @@ pub(super) async fn claim_origin(
         .await
         .map_err(unavailable)?;
     Ok(match taken_over {
-        1 => OriginClaim::Lost,
+        1 => OriginState::Lost,
         // Still answered elsewhere, or its task was just created, or
         // the claim just released: asked again, each settles.
-        _ => OriginClaim::Elsewhere,
+        _ => OriginState::Elsewhere,
     })
 }
 

@@ -1,6 +1,6 @@
 //! How replicas hear of each other's writes: the notifications a commit
 //! sends (LISTEN/NOTIFY) and their payloads, the listening connection
-//! that turns them into [`Change`]s, the tasks a replica watches, and
+//! that turns them into [`WriteNotice`]s, the tasks a replica watches, and
 //! catching up on a task from a version.
 
 use std::time::Duration;
@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 
 use super::reads::snapshot;
 use super::{PostgresStore, tls, unavailable};
-use crate::store::{CatchUp, Caught, Change, StoreError, codec};
+use crate::store::{CatchUp, Caught, StoreError, WriteNotice, codec};
 
 /// A task as [`TaskStore::catch_up`](crate::store::TaskStore::catch_up)
 /// reads it after version `$3`: its version; its record only when the
@@ -128,9 +128,9 @@ const LISTEN_RETRY_FIRST: Duration = Duration::from_millis(100);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Listens for every replica's committed task writes ([`CHANNEL`])
-/// and passes them on as [`Change`]s, on a connection of its own; after
-/// that connection broke and was made again, a [`Change::Gap`] first.
-pub(super) async fn listen(connector: tls::Connector, changes: broadcast::Sender<Change>) {
+/// and passes them on as [`WriteNotice`]s, on a connection of its own; after
+/// that connection broke and was made again, a [`WriteNotice::Gap`] first.
+pub(super) async fn listen(connector: tls::Connector, changes: broadcast::Sender<WriteNotice>) {
     use futures_util::StreamExt;
     let mut delay = LISTEN_RETRY_FIRST;
     let mut broken = false;
@@ -165,15 +165,15 @@ pub(super) async fn listen(connector: tls::Connector, changes: broadcast::Sender
                     Ok(()) => {
                         delay = LISTEN_RETRY_FIRST;
                         if broken {
-                            let _ = changes.send(Change::Gap);
+                            let _ = changes.send(WriteNotice::Gap);
                         }
                         while let Some(payload) = payloads.recv().await {
                             let Some(payload) = payload else {
-                                let _ = changes.send(Change::Outbox);
+                                let _ = changes.send(WriteNotice::Outbox);
                                 continue;
                             };
                             for (tenant, task_id, version) in parse_notification(&payload) {
-                                let _ = changes.send(Change::Task {
+                                let _ = changes.send(WriteNotice::Task {
                                     tenant,
                                     task_id,
                                     version,

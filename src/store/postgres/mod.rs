@@ -37,7 +37,7 @@ use std::time::Duration;
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::broadcast;
 
-use super::{Change, StoreError};
+use super::{StoreError, WriteNotice};
 use writer::Writers;
 
 /// Connections in the pool.
@@ -74,7 +74,7 @@ pub struct PostgresStore {
     /// The epoch of each role this replica holds
     /// ([`TaskStore::hold`](crate::store::TaskStore::hold)).
     epochs: Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>,
-    changes: broadcast::Sender<Change>,
+    changes: broadcast::Sender<WriteNotice>,
     /// Ends the lease's renewal, the event log's trimming and the
     /// listening when the last clone is dropped.
     _background: Arc<[AbortOnDrop; 3]>,

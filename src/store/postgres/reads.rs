@@ -6,7 +6,9 @@ use tokio_postgres::types::ToSql;
 
 use super::{PostgresStore, text, unavailable};
 use crate::store::sql::{self, Postgres, counted, unfinished_counts};
-use crate::store::{ListQuery, StoreError, StoredTask, TaskPage, codec, origin_key, time_key};
+use crate::store::{
+    ListQuery, Owner, StoreError, StoredTask, TaskPage, codec, origin_key, time_key,
+};
 use crate::wkt::Timestamp;
 
 /// A read of a task's changes after its record (migrations 0011, 0012),
@@ -92,36 +94,35 @@ pub(super) async fn get(
     }
 }
 
-/// [`TaskStore::get_owned`](crate::store::TaskStore::get_owned).
-pub(super) async fn get_owned(
+/// [`TaskStore::get_owned_by`](crate::store::TaskStore::get_owned_by).
+pub(super) async fn get_owned_by(
     store: &PostgresStore,
     tenant: &str,
     task_id: &str,
-    owner: &str,
+    owner: &Owner,
 ) -> Result<Option<StoredTask>, StoreError> {
     one(
         store,
         &format!(
             "SELECT record, version, {CHANGES} FROM tasks WHERE tenant = $1 AND id = $2 \
-             AND owner = $3 AND owner <> ''::bytea"
+             AND owner = $3"
         ),
         &[&tenant.as_bytes(), &task_id.as_bytes(), &owner.as_bytes()],
     )
     .await
 }
 
-/// [`TaskStore::owns`](crate::store::TaskStore::owns).
-pub(super) async fn owns(
+/// [`TaskStore::is_owned_by`](crate::store::TaskStore::is_owned_by).
+pub(super) async fn is_owned_by(
     store: &PostgresStore,
     tenant: &str,
     task_id: &str,
-    owner: &str,
+    owner: &Owner,
 ) -> Result<bool, StoreError> {
     let client = store.client().await?;
     let row = client
         .query_opt(
-            "SELECT 1 FROM tasks WHERE tenant = $1 AND id = $2 \
-             AND owner = $3 AND owner <> ''::bytea",
+            "SELECT 1 FROM tasks WHERE tenant = $1 AND id = $2 AND owner = $3",
             &[&tenant.as_bytes(), &task_id.as_bytes(), &owner.as_bytes()],
         )
         .await
@@ -216,16 +217,12 @@ pub(super) async fn count_unfinished(
     Ok(counted(rows.iter().map(|r| (r.get(0), r.get(1))).collect()))
 }
 
-/// [`TaskStore::count_open_owned`](crate::store::TaskStore::count_open_owned).
-pub(super) async fn count_open_owned(
+/// [`TaskStore::count_open_owned_by`](crate::store::TaskStore::count_open_owned_by).
+pub(super) async fn count_open_owned_by(
     store: &PostgresStore,
-    owner: &str,
+    owner: &Owner,
     at_most: usize,
 ) -> Result<usize, StoreError> {
-    // The empty name owns nothing.
-    if owner.is_empty() {
-        return Ok(0);
-    }
     let sql = format!(
         "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 AND {} LIMIT $2) open",
         sql::OPEN_STATES_SQL

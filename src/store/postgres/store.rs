@@ -7,12 +7,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-use super::writer::Kind;
+use super::writer::WriteKind;
 use super::{PostgresStore, claims, feed, jobs, outbox, reads, recovery};
 use crate::proto::TaskState;
 use crate::store::{
-    CatchUp, Change, Delivery, EncodedTask, ListQuery, OriginClaim, StoreError, StoredTask,
-    TaskPage, TaskStore, Waiting,
+    CatchUp, Delivery, EncodedTask, ListQuery, OriginState, Owner, StoreError, StoredTask,
+    TaskPage, TaskStore, Waiting, WriteNotice,
 };
 use crate::wkt::Timestamp;
 
@@ -28,7 +28,9 @@ impl TaskStore for PostgresStore {
 
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
         task.body.whole()?;
-        self.writers.write(tenant, Kind::Create(task.clone())).await
+        self.writers
+            .write(tenant, WriteKind::Create(task.clone()))
+            .await
     }
 
     async fn update_encoded(
@@ -38,7 +40,7 @@ impl TaskStore for PostgresStore {
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         self.writers
-            .write(tenant, Kind::Update(task.clone(), expected_version))
+            .write(tenant, WriteKind::Update(task.clone(), expected_version))
             .await
     }
 
@@ -50,17 +52,22 @@ impl TaskStore for PostgresStore {
         reads::get(self, tenant, task_id).await
     }
 
-    async fn get_owned(
+    async fn get_owned_by(
         &self,
         tenant: &str,
         task_id: &str,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<Option<StoredTask>, StoreError> {
-        reads::get_owned(self, tenant, task_id, owner).await
+        reads::get_owned_by(self, tenant, task_id, owner).await
     }
 
-    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
-        reads::owns(self, tenant, task_id, owner).await
+    async fn is_owned_by(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &Owner,
+    ) -> Result<bool, StoreError> {
+        reads::is_owned_by(self, tenant, task_id, owner).await
     }
 
     async fn find_by_origin(
@@ -80,8 +87,12 @@ impl TaskStore for PostgresStore {
         reads::count_unfinished(self).await
     }
 
-    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
-        reads::count_open_owned(self, owner, at_most).await
+    async fn count_open_owned_by(
+        &self,
+        owner: &Owner,
+        at_most: usize,
+    ) -> Result<usize, StoreError> {
+        reads::count_open_owned_by(self, owner, at_most).await
     }
 
     async fn waiting_before(
@@ -105,7 +116,7 @@ impl TaskStore for PostgresStore {
         tenant: &str,
         owner: &str,
         message_id: &str,
-    ) -> Result<OriginClaim, StoreError> {
+    ) -> Result<OriginState, StoreError> {
         claims::claim_origin(self, tenant, owner, message_id).await
     }
 
@@ -142,7 +153,7 @@ impl TaskStore for PostgresStore {
         Some(self.standing.losses())
     }
 
-    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+    fn changes(&self) -> Option<broadcast::Receiver<WriteNotice>> {
         Some(self.changes.subscribe())
     }
 

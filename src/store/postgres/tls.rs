@@ -30,7 +30,7 @@
 //! TLS is rustls with the `ring` provider, as everywhere else in this
 //! crate (no OpenSSL, no C crypto library to build), through
 //! `tokio-postgres-rustls` (it also gives SCRAM its channel binding),
-//! wrapped ([`Tls`]) so that a refused certificate is reported with the
+//! wrapped ([`ExplainedTls`]) so that a refused certificate is reported with the
 //! settings that refused it.
 
 use std::future::Future;
@@ -56,14 +56,14 @@ use crate::store::StoreError;
 
 /// What a connection of the store is carried over once TLS is settled
 /// (encrypted or not, as the mode and the server decided).
-pub(super) type Stream = <Tls as MakeTlsConnect<tokio_postgres::Socket>>::Stream;
+pub(super) type StoreStream = <ExplainedTls as MakeTlsConnect<tokio_postgres::Socket>>::Stream;
 
 /// Makes the store's connections: the URL's settings and the TLS they
 /// call for. Cheap to clone.
 #[derive(Clone)]
 pub(super) struct Connector {
     config: tokio_postgres::Config,
-    tls: Tls,
+    tls: ExplainedTls,
 }
 
 impl Connector {
@@ -88,7 +88,7 @@ impl Connector {
         };
         config.ssl_mode(mode.wire());
         let root_cert = settings.root_cert.as_deref();
-        let tls = Tls {
+        let tls = ExplainedTls {
             inner: MakeRustlsConnect::new(client_config(mode, root_cert)?),
             described: match root_cert {
                 Some(path) => format!("sslmode={}, sslrootcert {}", mode.name(), path.display()),
@@ -106,7 +106,7 @@ impl Connector {
     ) -> Result<
         (
             tokio_postgres::Client,
-            tokio_postgres::Connection<tokio_postgres::Socket, Stream>,
+            tokio_postgres::Connection<tokio_postgres::Socket, StoreStream>,
         ),
         tokio_postgres::Error,
     > {
@@ -124,35 +124,35 @@ impl Connector {
 /// certificate: UnknownIssuer", which says neither that the store's TLS
 /// settings refused it nor which.
 #[derive(Clone)]
-pub(super) struct Tls {
+pub(super) struct ExplainedTls {
     inner: MakeRustlsConnect,
     /// The mode and root file, as an error names them.
     described: Arc<str>,
 }
 
-impl<S> MakeTlsConnect<S> for Tls
+impl<S> MakeTlsConnect<S> for ExplainedTls
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     type Stream = <MakeRustlsConnect as MakeTlsConnect<S>>::Stream;
-    type TlsConnect = Handshake<<MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect>;
+    type TlsConnect = ExplainedHandshake<<MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect>;
     type Error = <MakeRustlsConnect as MakeTlsConnect<S>>::Error;
 
     fn make_tls_connect(&mut self, hostname: &str) -> Result<Self::TlsConnect, Self::Error> {
-        Ok(Handshake {
+        Ok(ExplainedHandshake {
             inner: MakeTlsConnect::<S>::make_tls_connect(&mut self.inner, hostname)?,
             described: self.described.clone(),
         })
     }
 }
 
-/// One connection's TLS handshake ([`Tls`]).
-pub(super) struct Handshake<T> {
+/// One connection's TLS handshake ([`ExplainedTls`]).
+pub(super) struct ExplainedHandshake<T> {
     inner: T,
     described: Arc<str>,
 }
 
-impl<S, T> TlsConnect<S> for Handshake<T>
+impl<S, T> TlsConnect<S> for ExplainedHandshake<T>
 where
     T: TlsConnect<S, Error = io::Error>,
     T::Future: Send + 'static,

@@ -2,7 +2,7 @@
 //! the page and the count share, the cursor's predicate, the page's order.
 
 use super::{Dialect, Sql};
-use crate::store::{Cursor, ListQuery, time_key};
+use crate::store::{Cursor, ListQuery, OwnerFilter, time_key};
 
 /// The count of the tasks `query` matches, in every page.
 pub(crate) fn count_query<D: Dialect>(tenant: &str, query: &ListQuery) -> Sql<D> {
@@ -35,15 +35,21 @@ pub(crate) fn page_query<D: Dialect>(
 fn push_filters<D: Dialect>(sql: &mut Sql<D>, tenant: &str, query: &ListQuery) {
     sql.push(" WHERE tenant = ")
         .bind(tenant.as_bytes().to_vec());
-    if let Some(owner) = &query.owner {
-        // The second term is the partial index's condition (SQLite's
-        // migration 0005, PostgreSQL's 0001), repeated so the planner may
-        // use it; it also keeps an empty owner filter from listing the
-        // unowned tasks.
-        sql.push(" AND owner = ")
-            .bind(owner.as_bytes().to_vec())
-            .push(" AND owner <> ")
-            .push(D::EMPTY_BYTES);
+    match query.owner.as_ref().map(OwnerFilter::owner) {
+        None => {}
+        Some(Some(owner)) => {
+            // The second term is the partial index's condition (SQLite's
+            // migration 0005, PostgreSQL's 0001), repeated so the planner
+            // may use it.
+            sql.push(" AND owner = ")
+                .bind(owner.as_bytes().to_vec())
+                .push(" AND owner <> ")
+                .push(D::EMPTY_BYTES);
+        }
+        // Limited to nobody's tasks: none.
+        Some(None) => {
+            sql.push(" AND FALSE");
+        }
     }
     if let Some(context) = &query.context_id {
         sql.push(" AND context_id = ")
@@ -181,5 +187,14 @@ mod tests {
         );
         let count = count_query::<Postgres>("t", &ListQuery::default());
         assert_eq!(count.text, "SELECT COUNT(*) FROM tasks WHERE tenant = $1");
+        let nobodys = ListQuery {
+            owner: Some("".into()),
+            ..ListQuery::default()
+        };
+        let count = count_query::<Sqlite>("t", &nobodys);
+        assert_eq!(
+            count.text,
+            "SELECT COUNT(*) FROM tasks WHERE tenant = ? AND FALSE"
+        );
     }
 }

@@ -378,7 +378,7 @@ mod tests {
             {
                 for cursor in [None, Some(cursor.clone())] {
                     let query = ListQuery {
-                        owner: owner.map(String::from),
+                        owner: owner.map(Into::into),
                         context_id: context.map(String::from),
                         state,
                         status_after: None,

@@ -46,7 +46,7 @@ pub(super) async fn outbox(
 pub(super) async fn finish_delivery(store: &SqliteStore, seq: u64) -> Result<(), StoreError> {
     store
         .writer
-        .write(writer::Write::FinishDelivery { seq: seq as i64 })
+        .write(writer::WriteRequest::FinishDelivery { seq: seq as i64 })
         .await
         .map(drop)
 }
@@ -58,7 +58,7 @@ pub(super) async fn defer_delivery(
     attempts: u32,
     not_before_ms: i64,
 ) -> Result<(), StoreError> {
-    let write = writer::Write::DeferDelivery {
+    let write = writer::WriteRequest::DeferDelivery {
         seq: seq as i64,
         attempts: attempts as i64,
         not_before_ms,

@@ -8,7 +8,9 @@ use rusqlite::{Connection, OptionalExtension};
 use super::{SqliteStore, map_err, writer};
 use crate::proto::TaskState;
 use crate::store::sql::{self, Sql, Sqlite, counted, unfinished_counts};
-use crate::store::{ListQuery, StoreError, StoredTask, TaskPage, codec, origin_key, time_key};
+use crate::store::{
+    ListQuery, Owner, StoreError, StoredTask, TaskPage, codec, origin_key, time_key,
+};
 use crate::wkt::Timestamp;
 
 pub(super) const GET: &str =
@@ -16,8 +18,8 @@ pub(super) const GET: &str =
 
 /// A user's lookup, by the owned tasks' index (migration 0005): the owner
 /// is part of the key, so another principal's task is a miss in the index
-/// and its row is never read; the empty name owns nothing (the index's
-/// condition, repeated so that SQLite may use it).
+/// and its row is never read. The last term is the index's condition,
+/// repeated so that SQLite may use it.
 pub(super) const GET_OWNED: &str = "SELECT record, version, changes_bytes, id FROM tasks \
      INDEXED BY tasks_by_owner_id WHERE tenant = ?1 AND id = ?2 AND owner = ?3 AND owner <> x''";
 
@@ -154,12 +156,12 @@ pub(super) async fn get(
         .await
 }
 
-/// [`TaskStore::get_owned`](crate::store::TaskStore::get_owned).
-pub(super) async fn get_owned(
+/// [`TaskStore::get_owned_by`](crate::store::TaskStore::get_owned_by).
+pub(super) async fn get_owned_by(
     store: &SqliteStore,
     tenant: &str,
     task_id: &str,
-    owner: &str,
+    owner: &Owner,
 ) -> Result<Option<StoredTask>, StoreError> {
     let key = [
         tenant.as_bytes().to_vec(),
@@ -173,12 +175,12 @@ pub(super) async fn get_owned(
         .await
 }
 
-/// [`TaskStore::owns`](crate::store::TaskStore::owns).
-pub(super) async fn owns(
+/// [`TaskStore::is_owned_by`](crate::store::TaskStore::is_owned_by).
+pub(super) async fn is_owned_by(
     store: &SqliteStore,
     tenant: &str,
     task_id: &str,
-    owner: &str,
+    owner: &Owner,
 ) -> Result<bool, StoreError> {
     let key = [
         tenant.as_bytes().to_vec(),
@@ -319,16 +321,12 @@ pub(super) async fn count_unfinished(
     Ok(counted(rows))
 }
 
-/// [`TaskStore::count_open_owned`](crate::store::TaskStore::count_open_owned).
-pub(super) async fn count_open_owned(
+/// [`TaskStore::count_open_owned_by`](crate::store::TaskStore::count_open_owned_by).
+pub(super) async fn count_open_owned_by(
     store: &SqliteStore,
-    owner: &str,
+    owner: &Owner,
     at_most: usize,
 ) -> Result<usize, StoreError> {
-    // The empty name owns nothing.
-    if owner.is_empty() {
-        return Ok(0);
-    }
     let sql = format!(
         "SELECT COUNT(*) FROM (SELECT 1 FROM tasks INDEXED BY tasks_open_by_owner \
          WHERE owner = ?1 AND {} LIMIT ?2)",

@@ -80,10 +80,10 @@ async fn quarantine(
     );
     match store
         .writer
-        .write(writer::Write::Quarantine { tenant, id, reason })
+        .write(writer::WriteRequest::Quarantine { tenant, id, reason })
         .await?
     {
-        writer::Outcome::Quarantined => Ok(()),
+        writer::WriteOutcome::Quarantined => Ok(()),
         _ => Err(StoreError::Internal(
             "sqlite writer answered out of turn".into(),
         )),

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::{SqliteStore, outbox, reads, recovery, writes};
 use crate::proto::TaskState;
 use crate::store::{
-    Delivery, EncodedTask, ListQuery, StoreError, StoredTask, TaskPage, TaskStore, Waiting,
+    Delivery, EncodedTask, ListQuery, Owner, StoreError, StoredTask, TaskPage, TaskStore, Waiting,
 };
 use crate::wkt::Timestamp;
 
@@ -46,17 +46,22 @@ impl TaskStore for SqliteStore {
         reads::get(self, tenant, task_id).await
     }
 
-    async fn get_owned(
+    async fn get_owned_by(
         &self,
         tenant: &str,
         task_id: &str,
-        owner: &str,
+        owner: &Owner,
     ) -> Result<Option<StoredTask>, StoreError> {
-        reads::get_owned(self, tenant, task_id, owner).await
+        reads::get_owned_by(self, tenant, task_id, owner).await
     }
 
-    async fn owns(&self, tenant: &str, task_id: &str, owner: &str) -> Result<bool, StoreError> {
-        reads::owns(self, tenant, task_id, owner).await
+    async fn is_owned_by(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: &Owner,
+    ) -> Result<bool, StoreError> {
+        reads::is_owned_by(self, tenant, task_id, owner).await
     }
 
     async fn find_by_origin(
@@ -76,8 +81,12 @@ impl TaskStore for SqliteStore {
         reads::count_unfinished(self).await
     }
 
-    async fn count_open_owned(&self, owner: &str, at_most: usize) -> Result<usize, StoreError> {
-        reads::count_open_owned(self, owner, at_most).await
+    async fn count_open_owned_by(
+        &self,
+        owner: &Owner,
+        at_most: usize,
+    ) -> Result<usize, StoreError> {
+        reads::count_open_owned_by(self, owner, at_most).await
     }
 
     async fn waiting_before(

@@ -28,12 +28,12 @@ pub(super) async fn create_encoded(
     task.body.whole()?;
     match store
         .writer
-        .write(writer::Write::Create(row(tenant, task)))
+        .write(writer::WriteRequest::Create(row(tenant, task)))
         .await?
     {
-        writer::Outcome::Created => Ok(1),
-        writer::Outcome::IdTaken => Err(StoreError::AlreadyExists(task.id.clone())),
-        writer::Outcome::OriginTaken(id) => Err(StoreError::DuplicateMessage {
+        writer::WriteOutcome::Created => Ok(1),
+        writer::WriteOutcome::IdTaken => Err(StoreError::AlreadyExists(task.id.clone())),
+        writer::WriteOutcome::OriginTaken(id) => Err(StoreError::DuplicateMessage {
             task_id: String::from_utf8_lossy(&id).into_owned(),
         }),
         _ => Err(StoreError::Internal(
@@ -49,14 +49,14 @@ pub(super) async fn update_encoded(
     task: &EncodedTask,
     expected_version: u64,
 ) -> Result<u64, StoreError> {
-    let write = writer::Write::Update {
+    let write = writer::WriteRequest::Update {
         row: row(tenant, task),
         expected_version: expected_version as i64,
     };
     match store.writer.write(write).await? {
-        writer::Outcome::Updated(version) => Ok(version),
-        writer::Outcome::Stale(None) => Err(StoreError::NotFound(task.id.clone())),
-        writer::Outcome::Stale(Some(actual)) => Err(StoreError::Conflict {
+        writer::WriteOutcome::Updated(version) => Ok(version),
+        writer::WriteOutcome::Stale(None) => Err(StoreError::NotFound(task.id.clone())),
+        writer::WriteOutcome::Stale(Some(actual)) => Err(StoreError::Conflict {
             id: task.id.clone(),
             expected: expected_version,
             actual: actual as u64,
@@ -72,11 +72,11 @@ pub(super) async fn purge_terminal_before(
     store: &SqliteStore,
     before: &Timestamp,
 ) -> Result<u64, StoreError> {
-    let write = writer::Write::Purge {
+    let write = writer::WriteRequest::Purge {
         before: time_key(before),
     };
     match store.writer.write(write).await? {
-        writer::Outcome::Purged(n) => Ok(n),
+        writer::WriteOutcome::Purged(n) => Ok(n),
         _ => Err(StoreError::Internal(
             "sqlite writer answered out of turn".into(),
         )),

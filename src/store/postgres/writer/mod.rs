@@ -58,14 +58,14 @@ pub const WRITE_QUEUE: usize = 4096;
 const RETRIES: usize = 3;
 
 /// One write: a task's create or update, or a new message's claim.
-pub(super) struct Write {
+pub(super) struct QueuedWrite {
     pub tenant: String,
-    pub kind: Kind,
+    pub kind: WriteKind,
     /// The new version of a task written; for a claim, 1 when claimed.
     pub reply: oneshot::Sender<Result<u64, StoreError>>,
 }
 
-pub(super) enum Kind {
+pub(super) enum WriteKind {
     Create(EncodedTask),
     /// An update from the version it names.
     Update(EncodedTask, u64),
@@ -73,18 +73,18 @@ pub(super) enum Kind {
     Claim(Vec<u8>),
 }
 
-impl Write {
+impl QueuedWrite {
     /// The row the write locks: writes are sorted by it.
     fn key(&self) -> (u8, &str, &[u8]) {
         match &self.kind {
-            Kind::Claim(origin) => (0, &self.tenant, origin),
-            Kind::Create(t) | Kind::Update(t, _) => (1, &self.tenant, t.id.as_bytes()),
+            WriteKind::Claim(origin) => (0, &self.tenant, origin),
+            WriteKind::Create(t) | WriteKind::Update(t, _) => (1, &self.tenant, t.id.as_bytes()),
         }
     }
 }
 
 /// What a write did inside its transaction.
-enum Done {
+enum RowOutcome {
     /// Written: the new version.
     Written(u64),
     /// Refused by its key or version; why is asked after the commit.
@@ -94,7 +94,7 @@ enum Done {
 /// The queue in front of the writers.
 #[derive(Clone)]
 pub(super) struct Writers {
-    queue: mpsc::Sender<Write>,
+    queue: mpsc::Sender<QueuedWrite>,
     cx: Arc<Context>,
 }
 
@@ -130,10 +130,10 @@ impl Writers {
 
     /// Queues a write and waits for its commit; refused at once while
     /// this replica does not hold its lease (it fences itself).
-    pub(super) async fn write(&self, tenant: &str, kind: Kind) -> Result<u64, StoreError> {
+    pub(super) async fn write(&self, tenant: &str, kind: WriteKind) -> Result<u64, StoreError> {
         self.cx.standing.check()?;
         let (reply, answer) = oneshot::channel();
-        let write = Write {
+        let write = QueuedWrite {
             tenant: tenant.to_owned(),
             kind,
             reply,
@@ -149,7 +149,7 @@ impl Writers {
 }
 
 /// One writer: takes a batch from the shared queue, commits it, answers.
-async fn writer(cx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Write>>>) {
+async fn writer(cx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<QueuedWrite>>>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
         {
@@ -177,7 +177,7 @@ async fn writer(cx: Arc<Context>, queue: Arc<Mutex<mpsc::Receiver<Write>>>) {
 /// write's outcome is read back by its key, so a second write to the same
 /// row must come in a later transaction. This runtime never queues two
 /// writes to one task at once; a store caller may.
-fn rounds(batch: Vec<Write>) -> Vec<Vec<Write>> {
+fn rounds(batch: Vec<QueuedWrite>) -> Vec<Vec<QueuedWrite>> {
     // How many writes to the same row come before each one.
     let mut repeats = Vec::with_capacity(batch.len());
     for (i, write) in batch.iter().enumerate() {
@@ -187,7 +187,7 @@ fn rounds(batch: Vec<Write>) -> Vec<Vec<Write>> {
         };
         repeats.push(repeat);
     }
-    let mut rounds: Vec<Vec<Write>> = vec![Vec::with_capacity(batch.len())];
+    let mut rounds: Vec<Vec<QueuedWrite>> = vec![Vec::with_capacity(batch.len())];
     for (write, repeat) in batch.into_iter().zip(repeats) {
         if rounds.len() <= repeat {
             rounds.push(Vec::new());
@@ -198,12 +198,12 @@ fn rounds(batch: Vec<Write>) -> Vec<Vec<Write>> {
 }
 
 /// Commits `batch` and answers every write of it.
-async fn commit(cx: &Context, batch: Vec<Write>) {
+async fn commit(cx: &Context, batch: Vec<QueuedWrite>) {
     let mut attempt = 0;
     let outcome = loop {
         let tried = tokio::time::timeout(TRANSACTION_TIMEOUT, transaction(cx, &batch))
             .await
-            .unwrap_or(Err(Failure::TimedOut));
+            .unwrap_or(Err(BatchFailure::TimedOut));
         match tried {
             Err(e) if e.retryable() && attempt < RETRIES => attempt += 1,
             outcome => break outcome,
@@ -213,8 +213,8 @@ async fn commit(cx: &Context, batch: Vec<Write>) {
         Ok(done) => {
             for (write, done) in batch.into_iter().zip(done) {
                 let result = match done {
-                    Done::Written(version) => Ok(version),
-                    Done::Refused => why_refused(&cx.pool, &write).await,
+                    RowOutcome::Written(version) => Ok(version),
+                    RowOutcome::Refused => why_refused(&cx.pool, &write).await,
                 };
                 let _ = write.reply.send(result);
             }
@@ -224,8 +224,8 @@ async fn commit(cx: &Context, batch: Vec<Write>) {
             if e.key_taken()
                 && matches!(
                     &batch[..],
-                    [Write {
-                        kind: Kind::Create(_),
+                    [QueuedWrite {
+                        kind: WriteKind::Create(_),
                         ..
                     }]
                 ) =>
@@ -262,7 +262,7 @@ async fn commit(cx: &Context, batch: Vec<Write>) {
 
 /// Why a batch's transaction did not commit.
 #[derive(Debug, thiserror::Error)]
-enum Failure {
+enum BatchFailure {
     #[error(transparent)]
     Database(#[from] tokio_postgres::Error),
     #[error("no PostgreSQL connection: {0}")]
@@ -271,12 +271,12 @@ enum Failure {
     TimedOut,
 }
 
-impl Failure {
+impl BatchFailure {
     /// A deadlock or serialization failure: the same batch may commit if
     /// tried again.
     fn retryable(&self) -> bool {
         use tokio_postgres::error::SqlState;
-        let Failure::Database(e) = self else {
+        let BatchFailure::Database(e) = self else {
             return false;
         };
         e.code().is_some_and(|c| {
@@ -287,29 +287,29 @@ impl Failure {
     /// A unique index refused a create.
     fn key_taken(&self) -> bool {
         use tokio_postgres::error::SqlState;
-        matches!(self, Failure::Database(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION))
+        matches!(self, BatchFailure::Database(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION))
     }
 
     /// The database answered with an error (rather than the connection
     /// failing): one of the writes may be what it refused.
     fn refused(&self) -> bool {
-        matches!(self, Failure::Database(e) if e.as_db_error().is_some()) && !self.fenced()
+        matches!(self, BatchFailure::Database(e) if e.as_db_error().is_some()) && !self.fenced()
     }
 
     /// The transaction may or may not have committed: the connection
     /// failed (or went quiet) instead of answering.
     fn unknown(&self) -> bool {
         match self {
-            Failure::Database(e) => e.as_db_error().is_none(),
-            Failure::TimedOut => true,
-            Failure::NoConnection(_) => false,
+            BatchFailure::Database(e) => e.as_db_error().is_none(),
+            BatchFailure::TimedOut => true,
+            BatchFailure::NoConnection(_) => false,
         }
     }
 
     /// This replica was declared dead: every write of the batch is
     /// refused alike.
     fn fenced(&self) -> bool {
-        matches!(self, Failure::Database(e) if e.code().is_some_and(|c| c.code() == FENCED_SQLSTATE))
+        matches!(self, BatchFailure::Database(e) if e.code().is_some_and(|c| c.code() == FENCED_SQLSTATE))
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use super::super::{text, unavailable};
-use super::{Context, Failure, Kind, Write};
+use super::{BatchFailure, Context, QueuedWrite, WriteKind};
 use crate::store::StoreError;
 
 /// Read-backs of a write whose outcome is unknown, and the wait before the
@@ -23,8 +23,8 @@ const READ_BACK_FIRST_WAIT: Duration = Duration::from_millis(200);
 /// way, the answer is what a write answered with that outcome.
 pub(super) async fn read_back(
     cx: &Context,
-    write: &Write,
-    lost: &Failure,
+    write: &QueuedWrite,
+    lost: &BatchFailure,
 ) -> Result<u64, StoreError> {
     let mut wait = READ_BACK_FIRST_WAIT;
     let mut last = String::new();
@@ -50,7 +50,7 @@ pub(super) async fn read_back(
 /// write's outcome decides the answer), `None` when it did not commit.
 async fn read_back_once(
     cx: &Context,
-    write: &Write,
+    write: &QueuedWrite,
 ) -> Result<Option<Result<u64, StoreError>>, StoreError> {
     let client = tokio::time::timeout(READ_BACK_FIRST_WAIT * 10, cx.pool.get())
         .await
@@ -58,7 +58,7 @@ async fn read_back_once(
         .map_err(unavailable)?;
     let tenant = write.tenant.as_bytes();
     match &write.kind {
-        Kind::Claim(origin) => {
+        WriteKind::Claim(origin) => {
             let row = client
                 .query_opt(
                     "SELECT replica FROM origin_claims WHERE tenant = $1 AND origin = $2",
@@ -69,9 +69,9 @@ async fn read_back_once(
             let me = cx.standing.id();
             Ok(row.map(|r| Ok(u64::from(r.get::<_, Vec<u8>>(0) == *me))))
         }
-        Kind::Create(task) | Kind::Update(task, _) => {
+        WriteKind::Create(task) | WriteKind::Update(task, _) => {
             let expected = match &write.kind {
-                Kind::Update(_, expected) => *expected,
+                WriteKind::Update(_, expected) => *expected,
                 _ => 0,
             };
             // What the write would have left: the record, or its changes at
@@ -119,12 +119,12 @@ async fn read_back_once(
 }
 
 /// Why the database refused a write that changed no row.
-pub(super) async fn why_refused(pool: &Pool, write: &Write) -> Result<u64, StoreError> {
+pub(super) async fn why_refused(pool: &Pool, write: &QueuedWrite) -> Result<u64, StoreError> {
     let (task, expected) = match &write.kind {
         // Taken: the caller looks at who holds it.
-        Kind::Claim(_) => return Ok(0),
-        Kind::Create(task) => (task, None),
-        Kind::Update(task, expected) => (task, Some(*expected)),
+        WriteKind::Claim(_) => return Ok(0),
+        WriteKind::Create(task) => (task, None),
+        WriteKind::Update(task, expected) => (task, Some(*expected)),
     };
     let client = pool.get().await.map_err(unavailable)?;
     let (tenant, id) = (write.tenant.as_bytes(), task.id.as_bytes());

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::super::feed::{CHANNEL, OUTBOX_CHANNEL, notification};
-use super::{Context, Done, Failure, Kind, Write};
+use super::{BatchFailure, Context, QueuedWrite, RowOutcome, WriteKind};
 use crate::store::EncodedTask;
 
 /// The creates. A new task's first write logs no events: no replica
@@ -109,7 +109,7 @@ const NOTIFY_OUTBOX: &str = "SELECT pg_notify($1, '')";
 
 /// One bytea column of the tasks `writes` create, as an array parameter.
 fn column<'a>(
-    writes: &[(&'a Write, &'a EncodedTask)],
+    writes: &[(&'a QueuedWrite, &'a EncodedTask)],
     field: fn(&'a EncodedTask) -> &'a [u8],
 ) -> Vec<&'a [u8]> {
     writes.iter().map(|(_, t)| field(t)).collect()
@@ -132,12 +132,15 @@ type Key = (Vec<u8>, Vec<u8>);
 /// PostgreSQL has aborted the transaction and answers the COMMIT with a
 /// rollback, and the failure is reported from the statement's own answer,
 /// so nothing is acknowledged that did not commit.
-pub(super) async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Done>, Failure> {
+pub(super) async fn transaction(
+    cx: &Context,
+    batch: &[QueuedWrite],
+) -> Result<Vec<RowOutcome>, BatchFailure> {
     let client = cx
         .pool
         .get()
         .await
-        .map_err(|e| Failure::NoConnection(e.to_string()))?;
+        .map_err(|e| BatchFailure::NoConnection(e.to_string()))?;
     let insert = client.prepare_cached(INSERT).await?;
     let update = client.prepare_cached(UPDATE).await?;
     let claim = client.prepare_cached(CLAIM).await?;
@@ -153,33 +156,33 @@ pub(super) async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Don
     let replica = cx.standing.id();
     let replica: &[u8] = &replica;
 
-    let creates: Vec<(&Write, &EncodedTask)> = batch
+    let creates: Vec<(&QueuedWrite, &EncodedTask)> = batch
         .iter()
         .filter_map(|w| match &w.kind {
-            Kind::Create(t) => Some((w, t)),
+            WriteKind::Create(t) => Some((w, t)),
             _ => None,
         })
         .collect();
-    let updates: Vec<(&Write, &EncodedTask, u64)> = batch
+    let updates: Vec<(&QueuedWrite, &EncodedTask, u64)> = batch
         .iter()
         .filter_map(|w| match &w.kind {
-            Kind::Update(t, expected) => Some((w, t, *expected)),
+            WriteKind::Update(t, expected) => Some((w, t, *expected)),
             _ => None,
         })
         .collect();
-    let claims: Vec<(&Write, &[u8])> = batch
+    let claims: Vec<(&QueuedWrite, &[u8])> = batch
         .iter()
         .filter_map(|w| match &w.kind {
-            Kind::Claim(origin) => Some((w, origin.as_slice())),
+            WriteKind::Claim(origin) => Some((w, origin.as_slice())),
             _ => None,
         })
         .collect();
-    let written: Vec<(&Write, &EncodedTask, i64)> = batch
+    let written: Vec<(&QueuedWrite, &EncodedTask, i64)> = batch
         .iter()
         .filter_map(|w| match &w.kind {
-            Kind::Create(t) => Some((w, t, 1)),
-            Kind::Update(t, expected) => Some((w, t, *expected as i64 + 1)),
-            Kind::Claim(_) => None,
+            WriteKind::Create(t) => Some((w, t, 1)),
+            WriteKind::Update(t, expected) => Some((w, t, *expected as i64 + 1)),
+            WriteKind::Claim(_) => None,
         })
         .collect();
     // Push notifications, in write order.
@@ -198,9 +201,9 @@ pub(super) async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Don
     // announced to nobody (no replica can watch a task before it exists),
     // so the send workload's batches (claims and creates) notify nothing
     // and skip the statement.
-    let announced: Vec<&(&Write, &EncodedTask, i64)> = written
+    let announced: Vec<&(&QueuedWrite, &EncodedTask, i64)> = written
         .iter()
-        .filter(|(w, t, _)| !t.by_run || matches!(w.kind, Kind::Update(..)))
+        .filter(|(w, t, _)| !t.by_run || matches!(w.kind, WriteKind::Update(..)))
         .collect();
     let payloads: Vec<String> = announced
         .iter()
@@ -424,15 +427,17 @@ pub(super) async fn transaction(cx: &Context, batch: &[Write]) -> Result<Vec<Don
         .map(|w| {
             let tenant = w.tenant.as_bytes().to_vec();
             let version = match &w.kind {
-                Kind::Claim(origin) => Some(u64::from(claimed.contains(&(tenant, origin.clone())))),
-                Kind::Create(t) => created
+                WriteKind::Claim(origin) => {
+                    Some(u64::from(claimed.contains(&(tenant, origin.clone()))))
+                }
+                WriteKind::Create(t) => created
                     .contains(&(tenant, t.id.as_bytes().to_vec()))
                     .then_some(1),
-                Kind::Update(t, _) => updated
+                WriteKind::Update(t, _) => updated
                     .get(&(tenant, t.id.as_bytes().to_vec()))
                     .map(|v| *v as u64),
             };
-            version.map_or(Done::Refused, Done::Written)
+            version.map_or(RowOutcome::Refused, RowOutcome::Written)
         })
         .collect())
 }

@@ -6,7 +6,7 @@
 use rusqlite::{ErrorCode, OptionalExtension, params};
 
 use super::origins::Origins;
-use super::{Failure, Outcome, Row, Write};
+use super::{Row, StatementFailure, WriteOutcome, WriteRequest};
 use crate::lifecycle::StateClass;
 use crate::store::sql::state_list;
 
@@ -14,30 +14,30 @@ use crate::store::sql::state_list;
 /// id, origin or version is an `Ok` outcome.
 pub(super) fn apply(
     db: &rusqlite::Connection,
-    write: &Write,
+    write: &WriteRequest,
     origins: &mut Origins,
-) -> Result<Outcome, Failure> {
+) -> Result<WriteOutcome, StatementFailure> {
     match write {
-        Write::Create(row) => create(db, row, origins),
-        Write::Update {
+        WriteRequest::Create(row) => create(db, row, origins),
+        WriteRequest::Update {
             row,
             expected_version,
         } => update(db, row, *expected_version),
-        Write::Quarantine { tenant, id, reason } => quarantine(db, tenant, id, reason),
-        Write::Purge { before } => purge(db, *before, origins),
-        Write::FinishDelivery { seq } => {
+        WriteRequest::Quarantine { tenant, id, reason } => quarantine(db, tenant, id, reason),
+        WriteRequest::Purge { before } => purge(db, *before, origins),
+        WriteRequest::FinishDelivery { seq } => {
             db.prepare_cached("DELETE FROM push_outbox WHERE seq = ?")?
                 .execute([seq])?;
-            Ok(Outcome::Outbox)
+            Ok(WriteOutcome::Outbox)
         }
-        Write::DeferDelivery {
+        WriteRequest::DeferDelivery {
             seq,
             attempts,
             not_before_ms,
         } => {
             db.prepare_cached("UPDATE push_outbox SET attempts = ?, not_before = ? WHERE seq = ?")?
                 .execute([attempts, not_before_ms, seq])?;
-            Ok(Outcome::Outbox)
+            Ok(WriteOutcome::Outbox)
         }
     }
 }
@@ -53,16 +53,20 @@ fn id_taken(db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<bool> {
 
 /// Inserts a new task, unless its id is taken or its creating message
 /// already created one; logs the creating message with it.
-fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result<Outcome, Failure> {
+fn create(
+    db: &rusqlite::Connection,
+    row: &Row,
+    origins: &mut Origins,
+) -> Result<WriteOutcome, StatementFailure> {
     // Whole: `SqliteStore::create_encoded` refuses a create of changes.
     let record = row.body.bytes();
     let has_origin = !row.origin.is_empty();
     if has_origin && let Some(existing) = origins.find(db, &row.tenant, &row.origin)? {
         // A taken id is reported first, as the insert would.
         return Ok(if id_taken(db, row)? {
-            Outcome::IdTaken
+            WriteOutcome::IdTaken
         } else {
-            Outcome::OriginTaken(existing)
+            WriteOutcome::OriginTaken(existing)
         });
     }
     let inserted = db
@@ -88,20 +92,20 @@ fn create(db: &rusqlite::Connection, row: &Row, origins: &mut Origins) -> Result
             // SQLite undid only this statement: the id is taken, or
             // another constraint (a trigger) refused the row.
             return if id_taken(db, row)? {
-                Ok(Outcome::IdTaken)
+                Ok(WriteOutcome::IdTaken)
             } else {
-                Err(Failure::Refused(e))
+                Err(StatementFailure::Refused(e))
             };
         }
-        Err(e) => return Err(Failure::Abort(e)),
+        Err(e) => return Err(StatementFailure::Abort(e)),
     }
     if has_origin {
         // The task row is in; without its log entry the batch must not
         // commit, whatever refused it.
-        origins.append(db, row).map_err(Failure::Abort)?;
+        origins.append(db, row).map_err(StatementFailure::Abort)?;
     }
-    add_to_outbox(db, row).map_err(Failure::Abort)?;
-    Ok(Outcome::Created)
+    add_to_outbox(db, row).map_err(StatementFailure::Abort)?;
+    Ok(WriteOutcome::Created)
 }
 
 /// The row's push notifications, into the outbox in the same transaction.
@@ -126,7 +130,11 @@ fn add_to_outbox(db: &rusqlite::Connection, row: &Row) -> rusqlite::Result<()> {
 /// in `tasks.record` once the task has ended, else in `task_changes` (the
 /// `tasks` row, rewritten by every update, stays small while the task
 /// runs).
-fn update(db: &rusqlite::Connection, row: &Row, expected_version: i64) -> Result<Outcome, Failure> {
+fn update(
+    db: &rusqlite::Connection,
+    row: &Row,
+    expected_version: i64,
+) -> Result<WriteOutcome, StatementFailure> {
     use crate::store::Body;
     let ended = crate::lifecycle::state_from_i32(row.state).is_ok_and(|s| s.is_terminal());
     let (record, kept, whole): (&[u8], i64, bool) = match &row.body {
@@ -186,15 +194,15 @@ fn update(db: &rusqlite::Connection, row: &Row, expected_version: i64) -> Result
                 .and_then(|_| if ended { Ok(0) } else { keep(true, record) }),
             Body::Changes(changes) => keep(false, changes),
         };
-        kept.map_err(Failure::Abort)?;
-        add_to_outbox(db, row).map_err(Failure::Abort)?;
-        return Ok(Outcome::Updated(version as u64));
+        kept.map_err(StatementFailure::Abort)?;
+        add_to_outbox(db, row).map_err(StatementFailure::Abort)?;
+        return Ok(WriteOutcome::Updated(version as u64));
     }
     let current: Option<i64> = db
         .prepare_cached("SELECT version FROM tasks WHERE tenant = ? AND id = ?")?
         .query_row(params![row.tenant, row.id], |r| r.get(0))
         .optional()?;
-    Ok(Outcome::Stale(current))
+    Ok(WriteOutcome::Stale(current))
 }
 
 /// Moves a task's record into `quarantine`, with why.
@@ -203,7 +211,7 @@ fn quarantine(
     tenant: &[u8],
     id: &[u8],
     reason: &str,
-) -> Result<Outcome, Failure> {
+) -> Result<WriteOutcome, StatementFailure> {
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -239,7 +247,7 @@ fn quarantine(
         .execute(params![tenant, id])?;
     db.prepare_cached("DELETE FROM tasks WHERE tenant = ? AND id = ?")?
         .execute(params![tenant, id])?;
-    Ok(Outcome::Quarantined)
+    Ok(WriteOutcome::Quarantined)
 }
 
 /// Deletes the terminal tasks whose status is older than `before`, with
@@ -248,7 +256,7 @@ fn purge(
     db: &rusqlite::Connection,
     before: (i64, i32),
     origins: &mut Origins,
-) -> Result<Outcome, Failure> {
+) -> Result<WriteOutcome, StatementFailure> {
     // The state list is made of the enum's own numbers, not input.
     let purged = format!(
         "state IN ({}) AND (status_seconds < ?1 \
@@ -279,7 +287,7 @@ fn purge(
     if deleted[1] > 0 {
         // Within the transaction, so a create later in this batch sees the
         // freed messages; a rollback reads the log back.
-        origins.reload(db).map_err(Failure::Abort)?;
+        origins.reload(db).map_err(StatementFailure::Abort)?;
     }
-    Ok(Outcome::Purged(n as u64))
+    Ok(WriteOutcome::Purged(n as u64))
 }

@@ -81,7 +81,7 @@ pub(super) struct Row {
     pub body: crate::store::Body,
 }
 
-pub(super) enum Write {
+pub(super) enum WriteRequest {
     Create(Row),
     Update {
         row: Row,
@@ -109,7 +109,7 @@ pub(super) enum Write {
 }
 
 /// What a write did, as the store reports it.
-pub(super) enum Outcome {
+pub(super) enum WriteOutcome {
     Created,
     /// The id is taken.
     IdTaken,
@@ -125,11 +125,11 @@ pub(super) enum Outcome {
     Outbox,
 }
 
-type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
+type WriteReply = oneshot::Sender<Result<WriteOutcome, StoreError>>;
 
 #[derive(Clone)]
 pub(super) struct WriterHandle {
-    tx: mpsc::Sender<(Write, Reply)>,
+    tx: mpsc::Sender<(WriteRequest, WriteReply)>,
     /// The origin log in memory and the hashes of the merged origins,
     /// shared with readers: `find_by_origin` looks here first, reads
     /// `origins` by key only on a hash hit, and never reads the log table
@@ -216,7 +216,7 @@ impl WriterHandle {
         }
     }
 
-    pub async fn write(&self, write: Write) -> Result<Outcome, StoreError> {
+    pub async fn write(&self, write: WriteRequest) -> Result<WriteOutcome, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send((write, reply))
@@ -237,7 +237,7 @@ struct Parts {
     metrics: Arc<std::sync::OnceLock<crate::metrics::WriterMetrics>>,
 }
 
-fn run(db: Connection, mut rx: mpsc::Receiver<(Write, Reply)>, parts: Parts) {
+fn run(db: Connection, mut rx: mpsc::Receiver<(WriteRequest, WriteReply)>, parts: Parts) {
     let Parts {
         checkpoint,
         ready,
@@ -308,9 +308,9 @@ fn run(db: Connection, mut rx: mpsc::Receiver<(Write, Reply)>, parts: Parts) {
 /// Runs the batch in one transaction; one result per write, in order.
 fn commit_batch(
     db: &rusqlite::Connection,
-    batch: &[(Write, Reply)],
+    batch: &[(WriteRequest, WriteReply)],
     origins: &mut Origins,
-) -> Vec<Result<Outcome, StoreError>> {
+) -> Vec<Result<WriteOutcome, StoreError>> {
     let all_fail = |e: StoreError, origins: &mut Origins| {
         origins.rolled_back(db);
         batch.iter().map(|_| Err(e.clone())).collect()
@@ -327,8 +327,8 @@ fn commit_batch(
             Ok(outcome) => results.push(Ok(outcome)),
             // A constraint (a CHECK, a trigger) refused this statement:
             // SQLite undid only it, so only this write fails.
-            Err(Failure::Refused(e)) => results.push(Err(map_err(e))),
-            Err(Failure::Abort(e)) => {
+            Err(StatementFailure::Refused(e)) => results.push(Err(map_err(e))),
+            Err(StatementFailure::Abort(e)) => {
                 let _ = run("ROLLBACK");
                 return all_fail(map_err(e), origins);
             }
@@ -342,18 +342,18 @@ fn commit_batch(
 }
 
 /// Why a write did not apply.
-enum Failure {
+enum StatementFailure {
     /// A constraint refused this write's statement; SQLite undid only it.
     Refused(rusqlite::Error),
     /// Anything else: the batch is rolled back.
     Abort(rusqlite::Error),
 }
 
-impl From<rusqlite::Error> for Failure {
+impl From<rusqlite::Error> for StatementFailure {
     fn from(e: rusqlite::Error) -> Self {
         match e.sqlite_error_code() {
-            Some(ErrorCode::ConstraintViolation) => Failure::Refused(e),
-            _ => Failure::Abort(e),
+            Some(ErrorCode::ConstraintViolation) => StatementFailure::Refused(e),
+            _ => StatementFailure::Abort(e),
         }
     }
 }
