@@ -7,7 +7,9 @@
 //! - the library needs none of the benchmark tools' crates, and the
 //!   binary's own (command line, log output, allocator) only through the
 //!   default `cli` feature;
-//! - no `unsafe` in the store.
+//! - no `unsafe` in the store;
+//! - no file under `src/` longer than [`MAX_FILE_LINES`] outside its test
+//!   module, and every file opens with a doc line saying what it owns.
 //!
 //! Dependencies are read from the source: a file depends on a module it
 //! names by path (`crate::store::...`, `use crate::{agent, store}`,
@@ -17,6 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+
+/// The most lines a file under `src/` may hold outside its `#[cfg(test)]`
+/// module: past this a file has grown a second job and is split along it
+/// (docs/architecture.md). Generated code is in `OUT_DIR`, not `src/`.
+const MAX_FILE_LINES: usize = 700;
 
 /// Every `.rs` file under `dir`.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -349,4 +356,213 @@ fn every_test_file_is_compiled_once() {
              [[test]] in Cargo.toml (module: {module}, binary: {binary})"
         );
     }
+}
+
+/// Files over [`MAX_FILE_LINES`], with their length outside tests.
+fn files_over_the_limit(files: &[PathBuf]) -> Vec<(usize, String)> {
+    let mut over: Vec<(usize, String)> = files
+        .iter()
+        .map(|file| {
+            let lines = source_outside_tests(file).lines().count();
+            let relative = file.strip_prefix(SRC).unwrap_or(file);
+            (lines, relative.display().to_string())
+        })
+        .filter(|(lines, _)| *lines > MAX_FILE_LINES)
+        .collect();
+    over.sort_by(|a, b| b.cmp(a));
+    over
+}
+
+#[test]
+fn no_file_in_src_is_over_the_line_limit() {
+    let files = rust_files(Path::new(SRC));
+    assert!(files.len() > 50, "read only {} files", files.len());
+    let over = files_over_the_limit(&files);
+    assert!(
+        over.is_empty(),
+        "files over {MAX_FILE_LINES} lines outside their tests (split each along its jobs, \
+         one job per file): {over:?}"
+    );
+}
+
+#[test]
+fn the_line_limit_check_counts_lines_outside_tests() {
+    let dir = std::env::temp_dir().join(format!("a2a-structure-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let long = dir.join("long.rs");
+    let code = "fn f() {}\n".repeat(MAX_FILE_LINES + 1);
+    std::fs::write(&long, format!("//! Long.\n{code}")).expect("write");
+    let tested = dir.join("tested.rs");
+    let tests = "fn t() {}\n".repeat(MAX_FILE_LINES * 2);
+    std::fs::write(
+        &tested,
+        format!("//! Short, long tests.\nfn f() {{}}\n#[cfg(test)]\nmod tests {{\n{tests}}}\n"),
+    )
+    .expect("write");
+    let over = files_over_the_limit(&[long.clone(), tested]);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+    assert_eq!(over.len(), 1, "{over:?}");
+    assert_eq!(over[0].0, MAX_FILE_LINES + 2);
+}
+
+/// `cargo doc` reads as a map: every file under `src/` opens with a
+/// module doc line (`//! ...`) that says what it owns.
+#[test]
+fn every_file_opens_with_a_doc_line() {
+    for file in rust_files(Path::new(SRC)) {
+        let source = std::fs::read_to_string(&file).expect("read");
+        let first = source.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("//! ") && first.len() > 12,
+            "{} does not open with a `//!` line saying what it owns: {first:?}",
+            file.display()
+        );
+    }
+}
+
+/// The `.rs` files docs/architecture.md's map names: its code block that
+/// starts with `src/`, one entry per line, two spaces of indent per level
+/// below `src/`, a folder's name ending in `/`, then the entry's job.
+fn files_in_the_map(doc: &str) -> BTreeSet<String> {
+    let block = doc
+        .split("```")
+        .find(|block| block.trim_start().starts_with("src/"))
+        .expect("docs/architecture.md has a code block that starts with `src/`");
+    let mut folders: Vec<String> = Vec::new();
+    let mut files = BTreeSet::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let indent = line.len() - line.trim_start().len();
+        assert!(indent % 2 == 0, "odd indent in the map: {line:?}");
+        let name = line.split_whitespace().next().expect("an entry");
+        folders.truncate(indent / 2);
+        let path = format!("{}{name}", folders.concat());
+        if name.ends_with('/') {
+            folders.push(name.to_owned());
+        } else {
+            assert!(name.ends_with(".rs"), "not a file or folder: {line:?}");
+            files.insert(path);
+        }
+    }
+    files
+}
+
+/// docs/architecture.md's map of `src/` names every file there, and
+/// nothing that is not there, so it matches the tree.
+#[test]
+fn the_architecture_map_matches_the_tree() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/architecture.md"))
+        .expect("read docs/architecture.md");
+    let mapped = files_in_the_map(&doc);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tree: BTreeSet<String> = rust_files(Path::new(SRC))
+        .iter()
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    let missing: Vec<_> = tree.difference(&mapped).collect();
+    let gone: Vec<_> = mapped.difference(&tree).collect();
+    assert!(
+        missing.is_empty() && gone.is_empty(),
+        "docs/architecture.md's map of src/ is out of date: not in the map: {missing:?}; \
+         in the map but not in src/: {gone:?}"
+    );
+}
+
+#[test]
+fn the_map_reader_reads_nested_folders() {
+    let doc = "x\n```\nsrc/\n  lib.rs   the crate\n  a/       a folder\n    mod.rs  its root\n    b/\n      c.rs  deep\n  d.rs  back up\n```\n";
+    let files: Vec<String> = files_in_the_map(doc).into_iter().collect();
+    assert_eq!(
+        files,
+        ["src/a/b/c.rs", "src/a/mod.rs", "src/d.rs", "src/lib.rs"]
+    );
+}
+
+/// The types, traits and aliases a source declares at its top level
+/// (not a trait's or an impl's associated types, nor a function's own).
+fn declared_types(source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in source
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+    {
+        let mut words = line.split_whitespace().peekable();
+        // Visibility first (`pub`, `pub(crate)`, `pub(super)`), if any.
+        if words.peek().is_some_and(|w| w.starts_with("pub")) {
+            words.next();
+        }
+        let (Some(kind), Some(name)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if matches!(kind, "struct" | "enum" | "trait" | "type" | "union") {
+            let name: String = name
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// A type's name means one thing in the crate: two types of one name (a
+/// struct in one module, an enum in another) make every reader ask which.
+#[test]
+fn every_type_name_is_unique_in_the_crate() {
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in rust_files(Path::new(SRC)) {
+        let relative = file.strip_prefix(SRC).unwrap().display().to_string();
+        for name in declared_types(&source_outside_tests(&file)) {
+            seen.entry(name).or_default().push(relative.clone());
+        }
+    }
+    assert!(seen.len() > 100, "read only {} type names", seen.len());
+    let twice: Vec<_> = seen.iter().filter(|(_, files)| files.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "type names declared more than once: {twice:?}"
+    );
+}
+
+#[test]
+fn the_type_reader_finds_declarations() {
+    let source = "pub struct A {\n}\npub(crate) enum B { X }\ntype C = u8;\nimpl S for A {\n    type Error = u8;\n}\nfn struct_like() {}\n// struct D\ntrait E {}\n";
+    assert_eq!(declared_types(source), ["A", "B", "C", "E"]);
+}
+
+/// The docs and README name only source files that exist: a file split or
+/// renamed takes its mentions along.
+#[test]
+fn the_docs_name_only_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("read docs/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.push(root.join("README.md"));
+    assert!(docs.len() > 3, "{docs:?}");
+    let mut stale = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).expect("read doc");
+        for (at, _) in text.match_indices("src/") {
+            let path: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || matches!(c, '_' | '/' | '.'))
+                .collect();
+            let path = path.trim_end_matches('.');
+            let preceded_by_word = text[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '/' | '-'));
+            if !preceded_by_word && path.ends_with(".rs") && !root.join(path).exists() {
+                stale.push(format!("{}: {path}", doc.display()));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "docs name files that do not exist: {stale:?}"
+    );
 }

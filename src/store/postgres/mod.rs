@@ -1,6 +1,7 @@
 //! Tasks in PostgreSQL: the store several replicas share (issue "scale
-//! out"). Work in progress: the store itself, passing the store
-//! conformance suite; replicas' coordination comes next.
+//! out"), with their coordination: leases and fencing, claims on new
+//! messages and on a task's runs, the feed of each other's writes, and the
+//! roles and turns of jobs (docs/replicas.md).
 //!
 //! - One row per task (`tasks`), the record as the stores' protobuf bytes
 //!   beside the columns ListTasks filters and orders by; ids and tenants
