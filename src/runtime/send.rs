@@ -5,17 +5,17 @@
 
 use std::sync::Arc;
 
+use super::live::{LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
+use super::loaded::Author;
 use super::origin::{ClaimedInStore, FirstOrRepeat, OriginOutcome};
 use super::{
-    MessageRequest, SendOutcome, Shared, TaskHandle, TaskKey, TaskManager, answer, ends_wait, live,
-    loaded, run, store_error, task_state,
+    MessageRequest, SendOutcome, Shared, TaskHandle, TaskKey, TaskManager, answer, ends_wait, run,
+    store_error, task_state,
 };
 use crate::error::A2aError;
 use crate::lifecycle::{Cause, HistoryLength, TaskEvent};
 use crate::proto::{Message, Task};
 use crate::store::{Caller, StoreError, origin_key};
-use live::{LiveTask, MAX_QUEUED_MESSAGES, Progress, RunRequest};
-use loaded::Author;
 
 impl TaskManager {
     /// Accepts a client message (already validated) for `tenant`.

@@ -5,15 +5,15 @@
 use crate::wkt::Struct;
 use tokio_util::sync::CancellationToken;
 
-use super::{TaskHandle, TaskManager, live, loaded, server_status, store_error, task_state};
+use super::live::ApplyFailure;
+use super::loaded::Author;
+use super::{TaskHandle, TaskManager, server_status, store_error, task_state};
 use crate::agent::RequestContext;
 use crate::error::A2aError;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::{Cause, HistoryLength};
 use crate::proto::{Task, TaskState};
 use crate::store::{Caller, ListQuery, StoreError, TaskPage};
-use live::ApplyFailure;
-use loaded::Author;
 
 impl TaskManager {
     /// GetTask (spec §3.1.3); a task `caller` may not see is not found.
