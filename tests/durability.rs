@@ -22,7 +22,7 @@ use a2a_lifecycle::proto::{
 };
 use a2a_lifecycle::runtime::{RESTART_FAILURE, RuntimeConfig};
 use a2a_lifecycle::store::{
-    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, Owner, SqliteStore, StoreError,
+    Caller, EncodedTask, ListQuery, MemoryStore, Outbox, Owner, SqliteStore, StoreError,
     StoredTask, TaskPage, TaskStore,
 };
 use support::*;
@@ -394,14 +394,8 @@ impl TaskStore for FailingWrites {
     ) -> Result<bool, StoreError> {
         self.inner.is_owned_by(tenant, task_id, owner).await
     }
-    async fn outbox(&self, after: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.inner.outbox(after, limit).await
-    }
-    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
-        self.inner.finish_delivery(seq).await
-    }
-    async fn defer_delivery(&self, seq: u64, attempts: u32, at: i64) -> Result<(), StoreError> {
-        self.inner.defer_delivery(seq, attempts, at).await
+    fn outbox(&self) -> &dyn Outbox {
+        self.inner.outbox()
     }
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         self.inner.get(tenant, task_id).await

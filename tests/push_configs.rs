@@ -258,7 +258,7 @@ async fn committed_events_enter_the_outbox_for_each_config() {
     let anyone = Caller::ANONYMOUS;
     let task = new_task(&manager, &anyone).await;
     assert!(
-        store.outbox(0, 100).await.unwrap().is_empty(),
+        store.outbox().pending(0, 100).await.unwrap().is_empty(),
         "no config yet"
     );
     for id in ["one", "two"] {
@@ -286,7 +286,7 @@ async fn committed_events_enter_the_outbox_for_each_config() {
     let done = within("review", manager.wait(*handle)).await.unwrap();
     assert_eq!(support::state_of(&done), TaskState::Completed);
 
-    let outbox = store.outbox(0, 100).await.unwrap();
+    let outbox = store.outbox().pending(0, 100).await.unwrap();
     let describe = |config: &str| -> Vec<String> {
         outbox
             .iter()

@@ -339,7 +339,7 @@ async fn a_refused_address_is_never_reached() {
 async fn drained(store: &MemoryStore) {
     within("outbox drained", async {
         // Polled: the store has no signal for an emptied outbox.
-        while !store.outbox(0, 10).await.unwrap().is_empty() {
+        while !store.outbox().pending(0, 10).await.unwrap().is_empty() {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     })
@@ -379,7 +379,7 @@ async fn deleting_a_config_stops_its_deliveries() {
     let task = task_with_hook(&s.manager, port, "hook").await;
     finish(&s.manager, &task).await;
     assert_eq!(
-        s.store.outbox(0, 10).await.unwrap().len(),
+        s.store.outbox().pending(0, 10).await.unwrap().len(),
         EXPECTED.len(),
         "queued with their events"
     );

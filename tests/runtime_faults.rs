@@ -18,7 +18,7 @@ use a2a_lifecycle::lifecycle::HistoryLength;
 use a2a_lifecycle::proto::{Task, TaskState};
 use a2a_lifecycle::runtime::{MessageRequest, RuntimeConfig, SendOutcome, TaskHandle, TaskManager};
 use a2a_lifecycle::store::{
-    Caller, Delivery, EncodedTask, ListQuery, MemoryStore, Owner, StoreError, StoredTask, TaskPage,
+    Caller, EncodedTask, ListQuery, MemoryStore, Outbox, Owner, StoreError, StoredTask, TaskPage,
     TaskStore,
 };
 use support::*;
@@ -94,14 +94,8 @@ impl TaskStore for Flaky {
     async fn is_owned_by(&self, t: &str, id: &str, o: &Owner) -> Result<bool, StoreError> {
         self.inner.is_owned_by(t, id, o).await
     }
-    async fn outbox(&self, after: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        self.inner.outbox(after, limit).await
-    }
-    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
-        self.inner.finish_delivery(seq).await
-    }
-    async fn defer_delivery(&self, seq: u64, attempts: u32, at: i64) -> Result<(), StoreError> {
-        self.inner.defer_delivery(seq, attempts, at).await
+    fn outbox(&self) -> &dyn Outbox {
+        self.inner.outbox()
     }
     async fn get(&self, t: &str, id: &str) -> Result<Option<StoredTask>, StoreError> {
         if self.unreadable.load(Ordering::SeqCst) {

@@ -7,7 +7,7 @@ use crate::support;
 
 use std::sync::Arc;
 
-use a2a_lifecycle::store::{PostgresStore, TaskStore};
+use a2a_lifecycle::store::{Coordination, Outbox, PostgresStore, TaskStore};
 
 /// A store on a fresh schema of this run's database.
 async fn fresh_store() -> Option<Arc<dyn TaskStore>> {
@@ -183,7 +183,10 @@ async fn a_tasks_runs_are_claimed_by_one_replica_at_a_time() {
     tokio::spawn(connection);
     // b listens on a connection of its own, opened in the background:
     // announce a probe until b hears one, so the release is not missed.
-    let mut heard = b.changes().expect("a shared store announces changes");
+    let mut heard = b
+        .coordination()
+        .expect("a shared store announces changes")
+        .changes();
     support::within("b listening", async {
         loop {
             db.execute("SELECT pg_notify('a2a_tasks', '1:t5:probe1')", &[])
@@ -383,7 +386,10 @@ async fn a_replica_declared_dead_writes_nothing_more_and_rejoins_under_a_new_id(
         OriginState::First
     );
     let old = a.replica_id();
-    let mut losses = a.lease_losses().expect("a store shared by replicas");
+    let mut losses = a
+        .coordination()
+        .expect("a store shared by replicas")
+        .lease_losses();
     run_out_lease(&admin, old).await;
     // B declares A dead and takes the message over, told that A may have
     // acted on it (B records its task without running it).
@@ -496,7 +502,7 @@ async fn the_old_holder_of_the_delivery_role_can_neither_finish_nor_defer() {
         .collect();
     a.create_encoded("t", &write).await.unwrap();
     assert!(a.hold(DELIVERY_ROLE).await.unwrap());
-    let entries = a.outbox(0, 10).await.unwrap();
+    let entries = a.outbox().pending(0, 10).await.unwrap();
     assert_eq!(entries.len(), 2);
     // A's renewals of the role stop (paused); B takes it.
     admin
@@ -512,14 +518,14 @@ async fn the_old_holder_of_the_delivery_role_can_neither_finish_nor_defer() {
     a.defer_delivery(entries[1].seq, 5, 1_700_000_000_000)
         .await
         .unwrap();
-    let left = b.outbox(0, 10).await.unwrap();
+    let left = b.outbox().pending(0, 10).await.unwrap();
     assert_eq!(left, entries, "the old holder changed the outbox");
     // B's do.
     b.finish_delivery(entries[0].seq).await.unwrap();
     b.defer_delivery(entries[1].seq, 1, 1_700_000_000_000)
         .await
         .unwrap();
-    let left = b.outbox(0, 10).await.unwrap();
+    let left = b.outbox().pending(0, 10).await.unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(
         (left[0].attempts, left[0].not_before_ms),

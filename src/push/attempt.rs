@@ -126,7 +126,7 @@ impl Drop for HostSlot<'_> {
 /// harness: a stale WORKING after COMPLETED, after a 0.6 s cut from the
 /// database).
 async fn finish(store: &dyn TaskStore, delivery: &Delivery) -> DeliveryOutcome {
-    match store.finish_delivery(delivery.seq).await {
+    match store.outbox().finish_delivery(delivery.seq).await {
         Ok(()) => DeliveryOutcome::Finished,
         Err(e) => {
             tracing::warn!(error = %e, seq = delivery.seq, "push outbox entry not removed; it is sent again before the next");
@@ -174,6 +174,7 @@ async fn record(
     // store does not take them (a restart then counts from the last ones
     // stored).
     if let Err(e) = store
+        .outbox()
         .defer_delivery(delivery.seq, attempts, not_before_ms)
         .await
     {

@@ -3,7 +3,7 @@
 //! until it is taken or given up.
 //!
 //! - The store's outbox is read once, in commit order, from where the last
-//!   read ended ([`TaskStore::outbox`](crate::store::TaskStore::outbox));
+//!   read ended ([`Outbox::pending`](crate::store::Outbox::pending));
 //!   the [`Dispatcher`] keeps what it read as one queue per (tenant, task,
 //!   config), at most [`MAX_LOADED`] entries and [`MAX_LOADED_BYTES`]. Only a queue's head is ever in
 //!   flight, so a config sees its events in commit order (the terminal one

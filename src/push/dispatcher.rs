@@ -69,7 +69,12 @@ impl Dispatcher {
             if read && schedule.can_read() {
                 read = false;
                 let limit = READ_BATCH.min(MAX_LOADED - schedule.loaded);
-                match self.store.outbox(schedule.read_up_to, limit).await {
+                match self
+                    .store
+                    .outbox()
+                    .pending(schedule.read_up_to, limit)
+                    .await
+                {
                     Ok(batch) => {
                         read = batch.len() == limit;
                         let now = now_ms();
@@ -92,7 +97,7 @@ impl Dispatcher {
                 attempts.spawn(async move {
                     for delivery in shed {
                         count(&settings, |m| m.ended("shed"));
-                        if let Err(e) = store.finish_delivery(delivery.seq).await {
+                        if let Err(e) = store.outbox().finish_delivery(delivery.seq).await {
                             tracing::warn!(error = %e, "a shed push notification stays in the outbox");
                         }
                     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::deliver::{POLL_EVERY, Settings};
+use super::deliver::Settings;
 use super::dispatcher::Dispatcher;
 use crate::store::TaskStore;
 
@@ -17,7 +17,8 @@ pub use crate::store::DELIVERY_ROLE;
 /// moment its last successful hold was sent, the store's lease less a
 /// tenth (the database dated the hold later, and another replica takes
 /// the role only a whole lease after that), and no longer than this
-/// process holds its own lease ([`TaskStore::held_for`]).
+/// process holds its own lease
+/// ([`Coordination::held_for`](crate::store::Coordination::held_for)).
 pub struct Tenure {
     base: Instant,
     /// Nanoseconds after `base`; 0: not held.
@@ -62,7 +63,11 @@ impl Tenure {
         let until = self.until.load(std::sync::atomic::Ordering::Acquire);
         let now = Instant::now().saturating_duration_since(self.base);
         let now = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(until.saturating_sub(now)).min(store.held_for())
+        // A store of one process has no lease to lose.
+        let lease_held = store
+            .coordination()
+            .map_or(Duration::MAX, |replicas| replicas.held_for());
+        Duration::from_nanos(until.saturating_sub(now)).min(lease_held)
     }
 }
 
@@ -78,18 +83,27 @@ impl Tenure {
 /// flight, and starts again, from the outbox's start, once the role is
 /// held again. What the old holder finishes or defers after the role
 /// changed hands is refused by the store (the role's epoch). A store of
-/// one process is always held.
+/// one process has no roles ([`TaskStore::coordination`]): this process
+/// delivers until `shutdown`.
 pub async fn deliver_while_held(
     store: Arc<dyn TaskStore>,
     mut settings: Settings,
     signal: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
-    let lease = store.lease();
-    let every = lease.map_or(POLL_EVERY, |l| l / 3);
-    if let Some(lease) = lease
-        && settings.timeout > lease / 2
-    {
+    let Some(replicas) = store.coordination() else {
+        let dispatcher = Dispatcher::holding(
+            store.clone(),
+            settings,
+            signal,
+            Arc::new(Tenure::for_ever()),
+        );
+        dispatcher.run(shutdown.child_token()).await;
+        return;
+    };
+    let lease = replicas.lease();
+    let every = lease / 3;
+    if settings.timeout > lease / 2 {
         tracing::info!(
             timeout = ?lease / 2,
             "push delivery attempts time out after half the replicas' lease (less than --push-timeout)"
@@ -97,10 +111,10 @@ pub async fn deliver_while_held(
         settings.timeout = lease / 2;
     }
     loop {
-        let tenure = Arc::new(Tenure::new(lease));
+        let tenure = Arc::new(Tenure::new(Some(lease)));
         loop {
             let sent = Instant::now();
-            match store.hold(DELIVERY_ROLE).await {
+            match replicas.hold(DELIVERY_ROLE).await {
                 Ok(true) => {
                     tenure.record_hold(sent);
                     break;
@@ -128,7 +142,7 @@ pub async fn deliver_while_held(
                 () = tokio::time::sleep(every) => {}
             }
             let sent = Instant::now();
-            match store.hold(DELIVERY_ROLE).await {
+            match replicas.hold(DELIVERY_ROLE).await {
                 Ok(true) => {
                     tenure.record_hold(sent);
                     continue;

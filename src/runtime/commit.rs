@@ -121,8 +121,9 @@ impl LiveTask {
         // A whole write of a running task logs its changes too, for the
         // replicas following it ([`EncodedTask::logged`]); a terminal one
         // does not: a finished task is kept as one record.
+        let replicated = shared.replicas().is_some();
         let logged = (whole
-            && shared.replicated
+            && replicated
             && shared.keeps_changes
             && loaded.version > 0
             && !loaded.record.state().is_terminal())
@@ -134,7 +135,7 @@ impl LiveTask {
         // At most MAX_QUEUED_MESSAGES of them.
         let follow_ups = loaded.pending.iter().filter(|p| p.follow_up.is_some());
         write.owes_runs = u16::try_from(follow_ups.count()).unwrap_or(u16::MAX);
-        if shared.replicated {
+        if replicated {
             write.events = crate::store::codec::encode_events(
                 loaded.pending.iter().filter_map(|p| p.out.as_ref()),
             );
@@ -264,9 +265,8 @@ impl LiveTask {
         shared: &Arc<Shared>,
         loaded: &mut Loaded,
     ) -> Result<(), StoreError> {
-        let up = shared
-            .store
-            .catch_up(&self.key.tenant, &self.key.id, loaded.version)
+        let up = self
+            .stored_since(shared, loaded.version)
             .await?
             .ok_or_else(|| StoreError::NotFound(self.key.id.clone()))?;
         let (expected, actual) = (loaded.version, up.version);

@@ -11,6 +11,7 @@ use crate::error::A2aError;
 use crate::lifecycle::Cause;
 
 use super::{CATCH_UP_EVERY, TaskKey, TaskManager, store_error};
+use crate::store::StoreError;
 
 /// The status message of tasks failed at start-up because the process that
 /// ran them is gone.
@@ -41,21 +42,23 @@ impl TaskManager {
     /// the client, and a message resumes them. Returns how many failed.
     ///
     /// Run it before serving. With a store shared by replicas
-    /// ([`crate::store::TaskStore::lease`]) only the tasks of replicas whose lease has
+    /// ([`crate::store::Coordination::lease`]) only the tasks of replicas whose lease has
     /// expired are orphaned, and [`TaskManager::run_maintenance`] looks
     /// for them again while serving; a live replica's tasks are never
     /// touched. There an interrupted task one of whose follow-ups such a
     /// replica was to run fails too, with [`LOST_FOLLOW_UP_FAILURE`].
     pub async fn fail_orphaned_tasks(&self) -> Result<usize, A2aError> {
-        let orphaned = self
-            .shared
-            .store
-            .orphaned_tasks()
-            .await
-            .map_err(store_error)?;
+        let replicas = self.shared.replicas();
+        // A lone process runs every task it has, so at its start each
+        // active one is left from the process before it.
+        let orphaned = match replicas {
+            Some(replicas) => replicas.orphaned_tasks().await,
+            None => self.shared.store.active_tasks().await,
+        }
+        .map_err(store_error)?;
         // A replica failing a dead one's tasks takes them over; a lone
         // process cleans up after the one before it.
-        let sweep = if self.shared.replicated {
+        let sweep = if replicas.is_some() {
             Cause::Takeover
         } else {
             Cause::OrphanSweep
@@ -72,12 +75,11 @@ impl TaskManager {
                 // starting its run now (its claim settles what it owed
                 // under the old id). Whichever of the two claims first
                 // goes on; the other leaves the task alone.
-                if !self
-                    .shared
-                    .store
-                    .take_runs(&tenant, &stored.record.task.id)
-                    .await
-                    .map_err(store_error)?
+                if let Some(replicas) = replicas
+                    && !replicas
+                        .take_runs(&tenant, &stored.record.task.id)
+                        .await
+                        .map_err(store_error)?
                 {
                     continue;
                 }
@@ -158,16 +160,16 @@ impl TaskManager {
         Ok(purged)
     }
 
-    /// With a store shared by replicas ([`crate::store::TaskStore::changes`]), until
+    /// With a store shared by replicas ([`crate::store::Coordination::changes`]), until
     /// shutdown: follows the other replicas' writes to the tasks held
     /// here, so that their subscribers and waiters get those events in
-    /// order ([`LiveTask::catch_up`]). A notification is only a wake-up:
+    /// order (`LiveTask::catch_up`). A notification is only a wake-up:
     /// after a gap in them, and every [`CATCH_UP_EVERY`] whatever comes,
     /// every followed task is caught up from the store by version.
     pub async fn follow_changes(self) {
         use crate::store::WriteNotice;
         use tokio::sync::broadcast::error::RecvError;
-        let Some(mut changes) = self.shared.store.changes() else {
+        let Some(mut changes) = self.shared.replicas().map(|r| r.changes()) else {
             return;
         };
         let shutdown = self.shared.shutdown.clone();
@@ -220,14 +222,14 @@ impl TaskManager {
     }
 
     /// With a store shared by replicas, until shutdown: each time this
-    /// process loses its lease ([`crate::store::TaskStore::lease_losses`]), stops every
+    /// process loses its lease ([`crate::store::Coordination::lease_losses`]), stops every
     /// run started before. Its store refuses their writes already; their
     /// tasks may be taken over by another replica once it is declared
     /// dead, and an agent told to stop does nothing more for them. Each
     /// stopped run fails its task when the store takes writes again (or
     /// the replica that takes it over does).
     pub async fn stop_runs_when_lease_lost(self) {
-        let Some(mut losses) = self.shared.store.lease_losses() else {
+        let Some(mut losses) = self.shared.replicas().map(|r| r.lease_losses()) else {
             return;
         };
         let shutdown = self.shared.shutdown.clone();
@@ -246,15 +248,26 @@ impl TaskManager {
         }
     }
 
+    /// Whether this process runs the periodic job `job` now, at most once
+    /// per `every` across the processes sharing the store
+    /// ([`Coordination::take_turn`](crate::store::Coordination::take_turn));
+    /// always, for a store of one process.
+    pub async fn take_turn(&self, job: &str, every: Duration) -> Result<bool, StoreError> {
+        match self.shared.replicas() {
+            Some(replicas) => replicas.take_turn(job, every).await,
+            None => Ok(true),
+        }
+    }
+
     /// Background upkeep until shutdown: the retention sweep every
     /// `RuntimeConfig::sweep_every`, run by one process of those sharing
-    /// the store ([`crate::store::TaskStore::take_turn`]); with replicas, the tasks of
+    /// the store ([`crate::store::Coordination::take_turn`]); with replicas, the tasks of
     /// replicas whose lease ran out are failed, looked for every half
     /// lease by one of them.
     pub async fn run_maintenance(self) {
         let shutdown = self.shared.shutdown.clone();
         let sweep = self.shared.config.sweep_every;
-        let lease = self.shared.store.lease();
+        let lease = self.shared.replicas().map(|r| r.lease());
         let tick = lease.map_or(sweep, |l| sweep.min(l / 2));
         let mut ticks = tokio::time::interval(tick);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -268,14 +281,13 @@ impl TaskManager {
                 _ = ticks.tick() => {}
                 _ = shutdown.cancelled() => return,
             }
-            let store = &self.shared.store;
             // Slightly less than the interval, so that one replica's tick
             // a little early does not skip a turn.
             let due = |every: Duration| every.mul_f64(0.9);
             let retention_turn = if started.elapsed() < due(sweep) {
                 Ok(false)
             } else {
-                store.take_turn("retention", due(sweep)).await
+                self.take_turn("retention", due(sweep)).await
             };
             match retention_turn {
                 Ok(true) => {
@@ -287,7 +299,7 @@ impl TaskManager {
                 Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
             }
             let Some(lease) = lease else { continue };
-            match store.take_turn("orphans", due(lease / 2)).await {
+            match self.take_turn("orphans", due(lease / 2)).await {
                 Ok(true) => match self.fail_orphaned_tasks().await {
                     Ok(0) => tracing::debug!("looked for orphaned tasks: none"),
                     Ok(failed) => tracing::warn!(

@@ -111,7 +111,7 @@ pub(crate) struct Runs {
     /// The running executor's cancellation, for CancelTask.
     pub(super) cancel: Option<CancellationToken>,
     /// On a store shared by replicas, this replica's claim on the task's
-    /// runs ([`crate::store::TaskStore::claim_run`]): another replica may
+    /// runs ([`crate::store::Coordination::claim_run`]): another replica may
     /// have queued a run of a message it got.
     pub(super) claim: RunClaim,
 }
@@ -211,7 +211,7 @@ pub(crate) struct LiveTask {
     /// with it and reads it without that lock.
     pub(super) current_run: std::sync::atomic::AtomicU64,
     /// Marked as watched in a store shared by replicas
-    /// ([`crate::store::TaskStore::watch`]): unmarked when dropped.
+    /// ([`crate::store::Coordination::watch`]): unmarked when dropped.
     pub(super) watched: std::sync::atomic::AtomicBool,
     /// Catch-ups asked for and not yet begun by the one running
     /// ([`LiveTask::catch_up`]); one runs while this is above 0.
@@ -225,9 +225,13 @@ impl Drop for LiveTask {
             if self.watched.load(std::sync::atomic::Ordering::Relaxed)
                 && let Ok(runtime) = tokio::runtime::Handle::try_current()
             {
-                let (store, key) = (shared.store.clone(), self.key.clone());
+                // Marked only through the store's coordination.
+                let key = self.key.clone();
                 runtime.spawn(async move {
-                    if let Err(e) = store.watch(&key.tenant, &key.id, false).await {
+                    let Some(replicas) = shared.replicas() else {
+                        return;
+                    };
+                    if let Err(e) = replicas.watch(&key.tenant, &key.id, false).await {
                         tracing::debug!(task_id = %key.id, error = %e, "could not stop watching a task");
                     }
                 });
@@ -268,9 +272,10 @@ impl LiveTask {
             // Loaded here, so run elsewhere (a task this process creates is
             // installed, not loaded) or nowhere: watched before it is read,
             // so that no write after the read goes unannounced.
-            if shared.replicated && !self.watched.load(std::sync::atomic::Ordering::Relaxed) {
-                shared
-                    .store
+            if let Some(replicas) = shared.replicas()
+                && !self.watched.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                replicas
                     .watch(&self.key.tenant, &self.key.id, true)
                     .await
                     .map_err(store_error)?;

@@ -77,7 +77,7 @@ pub(crate) struct Loaded {
     pub(super) changes_bytes: usize,
 }
 
-/// A write of a task's changes ([`Body::Changes`]) is made whole instead
+/// A write of a task's changes ([`Body::Changes`](crate::store::Body::Changes)) is made whole instead
 /// once the changes written since the last whole record would reach that
 /// record's size, and at least this many bytes: each whole write then
 /// follows at least as many bytes of changes as it costs, so a long task

@@ -14,7 +14,7 @@
 //! behind the current one ([`live::MAX_QUEUED_MESSAGES`]); nothing a
 //! request does waits for an executor.
 //!
-//! Every entry point takes the [`Caller`]: a `user` reaches only the tasks
+//! Every entry point takes the [`Caller`](crate::store::Caller): a `user` reaches only the tasks
 //! it created. Whether it may see a task is asked of the store with the
 //! owner in the lookup before anything else about the task is read, in
 //! memory or not, so another principal's task answers, and costs, what a
@@ -200,16 +200,12 @@ pub(crate) struct Shared {
     pub(crate) running: tokio::sync::watch::Sender<HashMap<TaskKey, usize>>,
     pub(crate) shutdown: CancellationToken,
     /// The parent of the cancellation token of every run started since
-    /// this process last lost its lease ([`TaskStore::lease_losses`]); a
+    /// this process last lost its lease ([`Coordination::lease_losses`](crate::store::Coordination::lease_losses)); a
     /// child of `shutdown`, replaced at each loss.
     runs: Mutex<CancellationToken>,
     /// Raised after a commit that added push notifications to the outbox
     /// (see [`TaskManager::outbox_signal`]).
     pub(crate) outbox: Arc<tokio::sync::Notify>,
-    /// The store is shared by replicas ([`TaskStore::lease`]): writes
-    /// carry their events for the others, and a run starts only on a task
-    /// no replica is running.
-    pub(crate) replicated: bool,
     /// The store takes writes of changes ([`TaskStore::keeps_changes`]).
     pub(crate) keeps_changes: bool,
     /// The `agent` label of each served tenant's tasks (its card's name),
@@ -222,6 +218,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The store's coordination between replicas sharing it
+    /// ([`TaskStore::coordination`]), `None` for a store of one process:
+    /// with it, writes carry their events for the others, and a run starts
+    /// only on a task no replica is running.
+    pub(crate) fn replicas(&self) -> Option<&dyn crate::store::Coordination> {
+        self.store.coordination()
+    }
+
     /// The cancellation token of a run starting now: cancelled at
     /// shutdown, when its task is cancelled, and when this process loses
     /// its lease on a store shared by replicas.
@@ -379,7 +383,6 @@ impl TaskManager {
                 runs: Mutex::new(shutdown.child_token()),
                 shutdown,
                 outbox: Arc::new(tokio::sync::Notify::new()),
-                replicated: store.lease().is_some(),
                 keeps_changes: store.keeps_changes(),
                 store,
             }),

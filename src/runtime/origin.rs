@@ -34,7 +34,7 @@ pub(crate) enum OriginOutcome {
 pub(crate) struct MessageClaim {
     shared: Arc<Shared>,
     key: Option<(String, Vec<u8>)>,
-    /// The claim made in the store ([`crate::store::TaskStore::claim_origin`]), released
+    /// The claim made in the store ([`crate::store::Coordination::claim_origin`]), released
     /// there unless the message created a task.
     stored: Option<StoredClaim>,
 }
@@ -101,14 +101,19 @@ impl Drop for MessageClaim {
         // A direct reply, or no run came of the claim: the message may
         // run again, here or on another replica.
         if let Some(claim) = self.stored.take() {
-            let store = self.shared.store.clone();
+            let shared = self.shared.clone();
             tokio::spawn(async move {
                 let StoredClaim {
                     tenant,
                     owner,
                     message_id,
                 } = claim;
-                if let Err(e) = store.release_origin(&tenant, &owner, &message_id).await {
+                // Only a claim made through the store's coordination is
+                // stored (`claim_in_store`).
+                let Some(replicas) = shared.replicas() else {
+                    return;
+                };
+                if let Err(e) = replicas.release_origin(&tenant, &owner, &message_id).await {
                     tracing::warn!(error = %e, "could not release a message's claim");
                 }
             });
@@ -152,19 +157,33 @@ impl TaskManager {
         message_id: &str,
         mut claim: MessageClaim,
     ) -> Result<ClaimedInStore, A2aError> {
-        let store = &self.shared.store;
+        let replicas = self.shared.replicas();
         let started = tokio::time::Instant::now();
         let mut delay = ORIGIN_RETRY_FIRST;
         loop {
-            match store
-                .claim_origin(tenant, &caller.name, message_id)
-                .await
-                .map_err(store_error)?
-            {
+            let found = match replicas {
+                Some(replicas) => {
+                    replicas
+                        .claim_origin(tenant, &caller.name, message_id)
+                        .await
+                }
+                // A store of one process: the claim in memory is the only
+                // one, so the store is only asked for the task.
+                None => self
+                    .shared
+                    .store
+                    .find_by_origin(tenant, &caller.name, message_id)
+                    .await
+                    .map(|found| match found {
+                        Some(task) => StoreClaim::Task(Box::new(task)),
+                        None => StoreClaim::First,
+                    }),
+            };
+            match found.map_err(store_error)? {
                 first @ (StoreClaim::First | StoreClaim::Lost) => {
                     // Only a store shared by replicas holds claims to
                     // release; the others' answer was a lookup.
-                    if self.shared.replicated {
+                    if replicas.is_some() {
                         claim.stored = Some(StoredClaim {
                             tenant: tenant.to_owned(),
                             owner: caller.name.clone(),

@@ -53,7 +53,7 @@ impl TaskManager {
     /// AUTH_REQUIRED) longer than its owner's `max_input_wait`
     /// (`wait_of(owner)`), as of `now`; returns how many. Only tasks
     /// waiting longer than `shortest` (the shortest limit set) are read,
-    /// at most [`SWEEP_BATCH`]. A task that moved on meanwhile is left
+    /// at most `SWEEP_BATCH`. A task that moved on meanwhile is left
     /// alone: the check is made again under its lock.
     pub async fn expire_input_waits(
         &self,

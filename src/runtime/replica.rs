@@ -7,9 +7,31 @@ use std::sync::Arc;
 use super::Shared;
 use super::live::LiveTask;
 use super::loaded::{Loaded, Signal};
-use crate::store::{Caught, StoreError};
+use crate::store::{CatchUp, Caught, StoreError};
 
 impl LiveTask {
+    /// The task as stored now and the events of each write after version
+    /// `after` ([`Coordination::catch_up`](crate::store::Coordination::catch_up)).
+    /// A store of one process keeps no events: the task whole and no
+    /// events, complete only if it is still at `after` (its one writer is
+    /// this process, so only a write from outside it gets here).
+    pub(super) async fn stored_since(
+        &self,
+        shared: &Shared,
+        after: u64,
+    ) -> Result<Option<CatchUp>, StoreError> {
+        let (tenant, id) = (&self.key.tenant, &self.key.id);
+        match shared.replicas() {
+            Some(replicas) => replicas.catch_up(tenant, id, after).await,
+            None => Ok(shared.store.get(tenant, id).await?.map(|task| CatchUp {
+                complete: task.version <= after,
+                version: task.version,
+                task: Caught::Whole(Box::new(task.record)),
+                events: Vec::new(),
+            })),
+        }
+    }
+
     /// Takes another writer's commits in (`up`): publishes their events to
     /// this replica's subscribers (or has them resynchronise when the
     /// store could not give them all), makes the stored task the committed
@@ -19,7 +41,7 @@ impl LiveTask {
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         loaded: &mut Loaded,
-        up: crate::store::CatchUp,
+        up: CatchUp,
     ) -> Result<(), StoreError> {
         let run = self.current_run.load(std::sync::atomic::Ordering::Relaxed);
         let mut complete = up.complete;
@@ -73,7 +95,7 @@ impl LiveTask {
     /// nobody).
     pub(super) fn watch_if_followed(self: &Arc<Self>, shared: &Arc<Shared>) {
         use std::sync::atomic::Ordering::Relaxed;
-        if !shared.replicated || self.watched.load(Relaxed) {
+        if shared.replicas().is_none() || self.watched.load(Relaxed) {
             return;
         }
         let followed = self.progress.receiver_count() > 0
@@ -87,11 +109,10 @@ impl LiveTask {
         }
         let (live, shared) = (self.clone(), shared.clone());
         tokio::spawn(async move {
-            match shared
-                .store
-                .watch(&live.key.tenant, &live.key.id, true)
-                .await
-            {
+            let Some(replicas) = shared.replicas() else {
+                return;
+            };
+            match replicas.watch(&live.key.tenant, &live.key.id, true).await {
                 Ok(()) => {
                     live.watched.store(true, Relaxed);
                     live.catch_up(shared).await;
@@ -182,11 +203,7 @@ impl LiveTask {
                 _ => return,
             }
         };
-        let up = match shared
-            .store
-            .catch_up(&self.key.tenant, &self.key.id, from)
-            .await
-        {
+        let up = match self.stored_since(shared, from).await {
             Ok(Some(up)) if up.version > from => up,
             Ok(_) => {
                 // Nothing new, but a queued run may wait for a claim

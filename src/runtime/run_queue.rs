@@ -15,12 +15,17 @@ use crate::error::A2aError;
 
 impl LiveTask {
     /// Claims the task's runs for the queued run waiting here
-    /// ([`crate::store::TaskStore::claim_run`]), then dispatches it. While
+    /// ([`crate::store::Coordination::claim_run`]), then dispatches it. While
     /// another replica holds them, the run waits: its release is announced
     /// ([`super::TaskManager::follow_changes`]), and the claim is tried
     /// again at every look at followed tasks in any case.
     async fn claim_runs(self: Arc<Self>, shared: Arc<Shared>) {
-        let claimed = shared.store.claim_run(&self.key.tenant, &self.key.id).await;
+        // Only spawned with replicas; a store of one process would hold
+        // the runs already (one run per task at a time, in memory).
+        let claimed = match shared.replicas() {
+            Some(replicas) => replicas.claim_run(&self.key.tenant, &self.key.id).await,
+            None => Ok(Some(0)),
+        };
         self.runs().claim = match claimed {
             Ok(Some(_)) => RunClaim::Ready,
             _ => RunClaim::Free,
@@ -46,16 +51,14 @@ impl LiveTask {
         }
     }
 
-    /// Releases the task's runs ([`crate::store::TaskStore::release_run`]),
+    /// Releases the task's runs ([`crate::store::Coordination::release_run`]),
     /// retried with backoff while the store refuses (a replica holding
     /// them would keep every other from running the task), then dispatches
     /// whatever was queued here meanwhile.
     async fn release_runs(self: Arc<Self>, shared: Arc<Shared>) {
         let mut delay = FAIL_RETRY_FIRST;
-        while let Err(e) = shared
-            .store
-            .release_run(&self.key.tenant, &self.key.id)
-            .await
+        while let Some(replicas) = shared.replicas()
+            && let Err(e) = replicas.release_run(&self.key.tenant, &self.key.id).await
         {
             tracing::warn!(task_id = %self.key.id, error = %e, retry_in = ?delay, "releasing the task's runs failed");
             tokio::select! {
@@ -72,7 +75,7 @@ impl LiveTask {
     }
 
     /// Gives back the task's runs the orphan sweep took
-    /// ([`crate::store::TaskStore::take_runs`]) without ending the task,
+    /// ([`crate::store::Coordination::take_runs`]) without ending the task,
     /// as after a run, unless a run of this process claims them
     /// meanwhile (it releases them itself).
     pub(crate) fn give_back_taken_runs(self: &Arc<Self>, shared: &Arc<Shared>) {
@@ -240,12 +243,13 @@ impl LiveTask {
             // flush dispatches again after it, and so does a failed write.
             return;
         }
-        if shared.replicated && loaded.committed_state().is_active() {
+        let replicated = shared.replicas().is_some();
+        if replicated && loaded.committed_state().is_active() {
             // Another replica's run has the task (this one has none):
             // the next run starts once that one has ended, caught up.
             return;
         }
-        if shared.replicated && runs.claim != RunClaim::Ready {
+        if replicated && runs.claim != RunClaim::Ready {
             // Another replica may hold the task for a run of a message it
             // got: claim the runs first (each replica saw the task not
             // active, so the state alone would let both start one). Held
@@ -289,10 +293,7 @@ impl LiveTask {
             shared.start_follow_up(self.clone(), request.agent, ctx, &request.trace);
             return;
         }
-        if shared.replicated
-            && matches!(runs.claim, RunClaim::Held | RunClaim::Ready)
-            && !runs.active
-        {
+        if replicated && matches!(runs.claim, RunClaim::Held | RunClaim::Ready) && !runs.active {
             // Nothing to run here and the task interrupted: another
             // replica may run the next message.
             runs.claim = RunClaim::Releasing;

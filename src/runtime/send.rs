@@ -211,7 +211,7 @@ impl TaskManager {
             Author::Server(Cause::FollowUp),
         )?;
         let run = live.queue_run_locked(&mut state, request);
-        if self.shared.replicated {
+        if self.shared.replicas().is_some() {
             self.shared
                 .queued
                 .lock()

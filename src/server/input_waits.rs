@@ -25,11 +25,7 @@ pub(super) async fn sweep_input_waits(manager: TaskManager, auth: Arc<crate::aut
         let Some(shortest) = auth.shortest_input_wait() else {
             continue;
         };
-        match manager
-            .store()
-            .take_turn("input-waits", every.mul_f64(0.9))
-            .await
-        {
+        match manager.take_turn("input-waits", every.mul_f64(0.9)).await {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {

@@ -30,7 +30,7 @@ pub struct EncodedTask {
     /// The stream events this write commits, each an encoded
     /// `StreamResponse`, length-delimited: kept by a store shared by
     /// replicas for the other replicas' subscribers
-    /// ([`TaskStore::catch_up`](super::TaskStore::catch_up)); filled only for such a store.
+    /// ([`Coordination::catch_up`](super::Coordination::catch_up)); filled only for such a store.
     pub events: Vec<u8>,
     /// With a whole body, what the write changed ([`crate::lifecycle::Changes`],
     /// encoded), for a store shared by replicas to keep beside the record,
@@ -46,9 +46,9 @@ pub struct EncodedTask {
     /// Follow-up messages this write commits whose runs are still to start
     /// here: a store shared by replicas records that this replica owes the task
     /// that many runs, until
-    /// [`TaskStore::claim_run`](super::TaskStore::claim_run) before each
+    /// [`Coordination::claim_run`](super::Coordination::claim_run) before each
     /// settles one. A task owing a run to a replica declared dead is orphaned
-    /// ([`TaskStore::orphaned_tasks`](super::TaskStore::orphaned_tasks)).
+    /// ([`Coordination::orphaned_tasks`](super::Coordination::orphaned_tasks)).
     pub owes_runs: u16,
 }
 

@@ -55,7 +55,7 @@ pub struct TaskPage {
 
 /// Encoded task records one ListTasks page may carry: the message limit,
 /// less room for the response's other fields. A store stops a page at it
-/// ([`fitting`]) before reading the records past it: a principal with a
+/// (`fitting`) before reading the records past it: a principal with a
 /// hundred tasks of megabytes would otherwise make each list call read
 /// hundreds of megabytes, holding a reader every tenant shares.
 pub const MAX_PAGE_BYTES: usize = crate::proto::MAX_MESSAGE_BYTES - 64 * 1024;

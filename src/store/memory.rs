@@ -24,8 +24,8 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 use super::{
-    Body, Cursor, Delivery, EncodedTask, ListQuery, Owner, OwnerFilter, StoreError, StoredTask,
-    TaskPage, TaskStore, TimeKey, codec, origin_key, origin_of, time_key,
+    Body, Cursor, Delivery, EncodedTask, ListQuery, Outbox, Owner, OwnerFilter, StoreError,
+    StoredTask, TaskPage, TaskStore, TimeKey, codec, origin_key, origin_of, time_key,
 };
 use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
@@ -144,16 +144,16 @@ pub struct MemoryStore {
     /// Push notifications due, by seq. Locked inside `tenants`' write lock
     /// when a task write adds to it, so an entry is never seen before the
     /// write that made it.
-    outbox: std::sync::Mutex<Outbox>,
+    outbox: std::sync::Mutex<OutboxQueue>,
 }
 
 #[derive(Default)]
-struct Outbox {
+struct OutboxQueue {
     entries: std::collections::BTreeMap<u64, Delivery>,
     next_seq: u64,
 }
 
-impl Outbox {
+impl OutboxQueue {
     fn add(&mut self, tenant: &str, task: &EncodedTask) {
         for entry in &task.outbox {
             self.next_seq += 1;
@@ -506,7 +506,14 @@ impl TaskStore for MemoryStore {
         Ok(purged)
     }
 
-    async fn outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+    fn outbox(&self) -> &dyn Outbox {
+        self
+    }
+}
+
+#[async_trait]
+impl Outbox for MemoryStore {
+    async fn pending(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
         let outbox = self.outbox.lock().map_err(poisoned)?;
         Ok(outbox
             .entries

@@ -1,5 +1,12 @@
 //! Task persistence: the [`TaskStore`] contract and its backends.
 //!
+//! A backend has three parts: the task store proper ([`TaskStore`]), the
+//! outbox of push notifications written with the task changes they report
+//! ([`Outbox`], [`TaskStore::outbox`]), and, only when several processes
+//! share it, the coordination between them ([`Coordination`],
+//! [`TaskStore::coordination`]): the memory and SQLite stores have none,
+//! the PostgreSQL store has one.
+//!
 //! A store keeps [`TaskRecord`](crate::lifecycle::TaskRecord)s keyed by
 //! (tenant, task id); tenants never see each other's tasks. Within a
 //! tenant, a caller limited to its own tasks ([`Caller`]) is served by
@@ -22,17 +29,18 @@ pub mod postgres;
 pub mod sqlite;
 
 mod caller;
+mod coordination;
 mod encoded;
 mod error;
 mod list;
 mod origin;
 mod outbox;
 mod owner;
-mod replicas;
 mod sql;
 mod task_store;
 
 pub use caller::{Caller, Quota, Waiting};
+pub use coordination::{CatchUp, Caught, Coordination, WriteNotice};
 pub use cursor::Cursor;
 pub use encoded::{Body, EncodedTask};
 pub use error::StoreError;
@@ -43,9 +51,8 @@ pub use list::{
 };
 pub use memory::MemoryStore;
 pub use origin::{OriginState, origin_key, origin_message_id, origin_of};
-pub use outbox::{DELIVERY_ROLE, Delivery, OutboxEntry};
+pub use outbox::{DELIVERY_ROLE, Delivery, Outbox, OutboxEntry};
 pub use owner::{Owner, OwnerFilter};
 pub use postgres::PostgresStore;
-pub use replicas::{CatchUp, Caught, WriteNotice};
 pub use sqlite::SqliteStore;
 pub use task_store::{StoredTask, TaskStore};

@@ -48,12 +48,12 @@ pub fn origin_of(record: &TaskRecord) -> Vec<u8> {
 }
 
 /// What claiming a new message's idempotency key found (spec §3.3.1;
-/// [`TaskStore::claim_origin`](super::TaskStore::claim_origin)).
+/// [`Coordination::claim_origin`](super::Coordination::claim_origin)).
 #[derive(Debug, Clone, PartialEq)]
 pub enum OriginState {
     /// Nobody has answered the message or is answering it: the caller runs
     /// it, and releases the claim
-    /// ([`TaskStore::release_origin`](super::TaskStore::release_origin)) if
+    /// ([`Coordination::release_origin`](super::Coordination::release_origin)) if
     /// the run creates no task.
     First,
     /// The message already created this task.

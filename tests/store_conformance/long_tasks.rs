@@ -12,7 +12,7 @@ use a2a_lifecycle::lifecycle::{
     TaskRecord, TransitionPolicy,
 };
 use a2a_lifecycle::proto::{Artifact, Role, TaskState};
-use a2a_lifecycle::store::{Body, EncodedTask};
+use a2a_lifecycle::store::{Body, CatchUp, EncodedTask};
 use prost::Message as _;
 
 use super::Store;
@@ -134,7 +134,7 @@ async fn write_long_task_of(
         };
         let mut write = EncodedTask::of(&record, body);
         // As the runtime logs a running task's whole write for replicas.
-        if whole && store.changes().is_some() {
+        if whole && store.coordination().is_some() {
             write.logged = Some(changes);
         }
         let version = store
@@ -268,14 +268,14 @@ pub async fn a_stale_write_of_changes_is_refused(store: Store) {
 }
 
 /// What a replica following a task reads to catch up from the version it
-/// holds ([`TaskStore::catch_up`]): the task as it is now, whole or as the
+/// holds ([`Coordination::catch_up`]): the task as it is now, whole or as the
 /// changes of each write since, which replayed on the task at that version
 /// give it as it is now, from any version. A store shared by replicas
 /// gives the changes whenever it still keeps all of them (back to the last
 /// whole write), so that following a long task costs each write what it
 /// changed, not the task again (issue "long-lived tasks").
 ///
-/// [`TaskStore::catch_up`]: a2a_lifecycle::store::TaskStore::catch_up
+/// [`Coordination::catch_up`]: a2a_lifecycle::store::Coordination::catch_up
 pub async fn catch_up_gives_the_task_from_any_version(store: Store) {
     use a2a_lifecycle::store::Caught;
     // Whole writes at updates 50 and 100: versions 51 and 101. A store
@@ -284,10 +284,9 @@ pub async fn catch_up_gives_the_task_from_any_version(store: Store) {
     let written = write_long_task(&store, "followed", 120, 50, |_| {}).await;
     let versions = long_task_versions("followed", 120);
     assert_eq!(versions[120], written);
-    let shared = store.changes().is_some();
+    let shared = store.coordination().is_some();
     for after in [0u64, 1, 2, 50, 51, 52, 100, 101, 102, 110, 120, 121] {
-        let up = store
-            .catch_up(T, "followed", after)
+        let up = caught_up(&store, "followed", after)
             .await
             .unwrap_or_else(|e| panic!("catch up from {after}: {e}"))
             .expect("the task is there");
@@ -318,13 +317,32 @@ pub async fn catch_up_gives_the_task_from_any_version(store: Store) {
         assert_eq!(now, written, "caught up from {after}");
     }
     assert!(
-        store
-            .catch_up(T, "missing", 0)
+        caught_up(&store, "missing", 0)
             .await
             .expect("catch up")
             .is_none(),
         "a task that is not there"
     );
+}
+
+/// The task in `T` as caught up from version `after`: through the
+/// store's coordination between replicas when it has one
+/// (`Coordination::catch_up`), else as the runtime does for a store of one
+/// process: the task whole, read with `get`.
+async fn caught_up(
+    store: &Store,
+    id: &str,
+    after: u64,
+) -> Result<Option<CatchUp>, a2a_lifecycle::store::StoreError> {
+    match store.coordination() {
+        Some(replicas) => replicas.catch_up(T, id, after).await,
+        None => Ok(store.get(T, id).await?.map(|task| CatchUp {
+            complete: task.version <= after,
+            version: task.version,
+            task: a2a_lifecycle::store::Caught::Whole(Box::new(task.record)),
+            events: Vec::new(),
+        })),
+    }
 }
 
 /// State `n` of a task that keeps changing state: odd WORKING, even

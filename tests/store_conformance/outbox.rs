@@ -68,7 +68,7 @@ pub async fn outbox_entries_commit_with_their_write(store: Store) {
             .await,
         Err(StoreError::AlreadyExists(_))
     ));
-    let all = store.outbox(0, 100).await.unwrap();
+    let all = store.outbox().pending(0, 100).await.unwrap();
     assert_eq!(
         seen(&all),
         [
@@ -81,27 +81,53 @@ pub async fn outbox_entries_commit_with_their_write(store: Store) {
     assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "in seq order");
     assert_eq!(all[1].tenant, "other");
     assert!(all.iter().all(|d| d.attempts == 0));
-    assert_eq!(store.outbox(0, 2).await.unwrap().len(), 2, "limit");
+    assert_eq!(
+        store.outbox().pending(0, 2).await.unwrap().len(),
+        2,
+        "limit"
+    );
     // Read on from where a read ended.
-    assert_eq!(store.outbox(all[1].seq, 100).await.unwrap(), all[2..]);
-    assert!(store.outbox(all[3].seq, 100).await.unwrap().is_empty());
-    assert!(store.outbox(u64::MAX, 100).await.unwrap().is_empty());
-
-    // Entries are finished and deferred under the delivery role.
+    assert_eq!(
+        store.outbox().pending(all[1].seq, 100).await.unwrap(),
+        all[2..]
+    );
     assert!(
         store
-            .hold(a2a_lifecycle::store::DELIVERY_ROLE)
+            .outbox()
+            .pending(all[3].seq, 100)
             .await
             .unwrap()
+            .is_empty()
     );
+    assert!(
+        store
+            .outbox()
+            .pending(u64::MAX, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Entries are finished and deferred under the delivery role, which a
+    // store shared by replicas gives to one process at a time (a store of
+    // one process has no roles: its one process delivers).
+    if let Some(replicas) = store.coordination() {
+        assert!(
+            replicas
+                .hold(a2a_lifecycle::store::DELIVERY_ROLE)
+                .await
+                .unwrap()
+        );
+    }
     store
+        .outbox()
         .defer_delivery(all[0].seq, 3, 1_700_000_000_000)
         .await
         .unwrap();
-    store.finish_delivery(all[1].seq).await.unwrap();
-    store.finish_delivery(all[1].seq).await.unwrap();
-    store.finish_delivery(u64::MAX).await.unwrap();
-    let left = store.outbox(0, 100).await.unwrap();
+    store.outbox().finish_delivery(all[1].seq).await.unwrap();
+    store.outbox().finish_delivery(all[1].seq).await.unwrap();
+    store.outbox().finish_delivery(u64::MAX).await.unwrap();
+    let left = store.outbox().pending(0, 100).await.unwrap();
     assert_eq!(left.len(), 3);
     assert_eq!(
         (left[0].attempts, left[0].not_before_ms),
@@ -114,16 +140,16 @@ pub async fn outbox_entries_commit_with_their_write(store: Store) {
         .update_encoded(T, &with_outbox(&a, &[("hook", "a3")]), 2)
         .await
         .unwrap();
-    let last = store.outbox(left[2].seq, 100).await.unwrap();
+    let last = store.outbox().pending(left[2].seq, 100).await.unwrap();
     assert_eq!(seen(&last), [("a".into(), "hook".into(), "a3".into())]);
     // A seq is never given twice, even once the highest is finished:
     // delivery reads on from the last one it saw.
-    store.finish_delivery(last[0].seq).await.unwrap();
+    store.outbox().finish_delivery(last[0].seq).await.unwrap();
     let b_next = record("b2", "c", TaskState::Submitted, at(5));
     store
         .create_encoded(T, &with_outbox(&b_next, &[("hook", "b2")]))
         .await
         .unwrap();
-    let after = store.outbox(last[0].seq, 100).await.unwrap();
+    let after = store.outbox().pending(last[0].seq, 100).await.unwrap();
     assert_eq!(seen(&after), [("b2".into(), "hook".into(), "b2".into())]);
 }

@@ -6,7 +6,7 @@ use super::writer::WriteKind;
 use super::{PostgresStore, feed, lease, unavailable};
 use crate::store::{OriginState, StoreError, TaskStore, origin_key};
 
-/// [`TaskStore::claim_origin`].
+/// [`Coordination::claim_origin`].
 pub(super) async fn claim_origin(
     store: &PostgresStore,
     tenant: &str,
@@ -55,7 +55,7 @@ pub(super) async fn claim_origin(
     })
 }
 
-/// [`TaskStore::release_origin`].
+/// [`Coordination::release_origin`].
 pub(super) async fn release_origin(
     store: &PostgresStore,
     tenant: &str,
@@ -76,7 +76,7 @@ pub(super) async fn release_origin(
     Ok(())
 }
 
-/// [`TaskStore::claim_run`].
+/// [`Coordination::claim_run`].
 pub(super) async fn claim_run(
     store: &PostgresStore,
     tenant: &str,
@@ -110,7 +110,7 @@ pub(super) async fn claim_run(
     Ok(row.map(|r| r.get::<_, i64>(0) as u64))
 }
 
-/// [`TaskStore::take_runs`].
+/// [`Coordination::take_runs`].
 pub(super) async fn take_runs(
     store: &PostgresStore,
     tenant: &str,
@@ -132,7 +132,7 @@ pub(super) async fn take_runs(
     Ok(taken == 1)
 }
 
-/// [`TaskStore::release_run`].
+/// [`Coordination::release_run`].
 pub(super) async fn release_run(
     store: &PostgresStore,
     tenant: &str,

@@ -11,7 +11,7 @@ use super::reads::snapshot;
 use super::{PostgresStore, tls, unavailable};
 use crate::store::{CatchUp, Caught, StoreError, WriteNotice, codec};
 
-/// A task as [`TaskStore::catch_up`](crate::store::TaskStore::catch_up)
+/// A task as [`Coordination::catch_up`](crate::store::Coordination::catch_up)
 /// reads it after version `$3`: its version; its record only when the
 /// changes after `$3` are not all kept (`base`, the version before the
 /// task's first kept change, is past `$3`), else NULL, never read; and the
@@ -29,7 +29,7 @@ const CATCH_UP: &str = "SELECT t.version, CASE WHEN b.base > $3 THEN t.record EN
      FROM task_changes c WHERE c.tenant = t.tenant AND c.task_id = t.id), t.version) AS base) b \
      WHERE t.tenant = $1 AND t.id = $2";
 
-/// [`TaskStore::watch`](crate::store::TaskStore::watch).
+/// [`Coordination::watch`](crate::store::Coordination::watch).
 pub(super) async fn watch(
     store: &PostgresStore,
     tenant: &str,
@@ -57,7 +57,7 @@ pub(super) async fn watch(
     Ok(())
 }
 
-/// [`TaskStore::catch_up`](crate::store::TaskStore::catch_up).
+/// [`Coordination::catch_up`](crate::store::Coordination::catch_up).
 pub(super) async fn catch_up(
     store: &PostgresStore,
     tenant: &str,

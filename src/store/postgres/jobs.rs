@@ -12,7 +12,7 @@ use crate::store::sql::state_list;
 use crate::store::{StoreError, time_key};
 use crate::wkt::Timestamp;
 
-/// [`TaskStore::hold`](crate::store::TaskStore::hold).
+/// [`Coordination::hold`](crate::store::Coordination::hold).
 pub(super) async fn hold(store: &PostgresStore, role: &str) -> Result<bool, StoreError> {
     store.standing.check()?;
     let client = store.client().await?;
@@ -48,7 +48,7 @@ pub(super) async fn hold(store: &PostgresStore, role: &str) -> Result<bool, Stor
 /// How often one replica trims the event log.
 const EVENT_LOG_TRIM_EVERY: Duration = Duration::from_secs(10);
 
-/// [`TaskStore::take_turn`](crate::store::TaskStore::take_turn) on `client`.
+/// [`Coordination::take_turn`](crate::store::Coordination::take_turn) on `client`.
 pub(super) async fn take_turn(
     client: &tokio_postgres::Client,
     job: &str,

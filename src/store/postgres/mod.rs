@@ -12,7 +12,7 @@
 //!   its key with it.
 //! - Versions are optimistic, as in SQLite: an update names the version it
 //!   read.
-//! - Task writes are committed in batches by [`writer`]'s writer tasks
+//! - Task writes are committed in batches by `writer`'s writer tasks
 //!   (group commit), reads go straight to the pool.
 //! - Schema migrations are embedded and applied at start under an
 //!   advisory lock, so replicas starting together do not race.
@@ -53,9 +53,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long each write's events are kept for other replicas' subscribers
-/// ([`TaskStore::catch_up`](super::TaskStore::catch_up)); one further behind gets a fresh snapshot.
+/// ([`Coordination::catch_up`](super::Coordination::catch_up)); one further behind gets a fresh snapshot.
 pub const EVENT_LOG_RETAIN: Duration = Duration::from_secs(300);
-/// Changes a follower of [`TaskStore::changes`](super::TaskStore::changes)
+/// Changes a follower of [`Coordination::changes`](super::Coordination::changes)
 /// may fall behind before it is told of a gap instead.
 pub const CHANGE_BUFFER: usize = 4096;
 
@@ -73,7 +73,7 @@ pub struct PostgresStore {
     /// declared dead) and whether it holds its lease.
     standing: Arc<lease::Standing>,
     /// The epoch of each role this replica holds
-    /// ([`TaskStore::hold`](crate::store::TaskStore::hold)).
+    /// ([`Coordination::hold`](crate::store::Coordination::hold)).
     epochs: Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>,
     changes: broadcast::Sender<WriteNotice>,
     /// Ends the lease's renewal, the event log's trimming and the

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::{PostgresStore, text, unavailable};
 use crate::store::{DELIVERY_ROLE, Delivery, StoreError};
 
-/// [`TaskStore::outbox`](crate::store::TaskStore::outbox).
-pub(super) async fn outbox(
+/// [`Outbox::pending`](crate::store::Outbox::pending).
+pub(super) async fn pending(
     store: &PostgresStore,
     after_seq: u64,
     limit: usize,
@@ -42,7 +42,7 @@ pub(super) async fn outbox(
         .collect()
 }
 
-/// [`TaskStore::finish_delivery`](crate::store::TaskStore::finish_delivery).
+/// [`Outbox::finish_delivery`](crate::store::Outbox::finish_delivery).
 pub(super) async fn finish_delivery(store: &PostgresStore, seq: u64) -> Result<(), StoreError> {
     let Ok(seq) = i64::try_from(seq) else {
         return Ok(());
@@ -62,7 +62,7 @@ pub(super) async fn finish_delivery(store: &PostgresStore, seq: u64) -> Result<(
     Ok(())
 }
 
-/// [`TaskStore::defer_delivery`](crate::store::TaskStore::defer_delivery).
+/// [`Outbox::defer_delivery`](crate::store::Outbox::defer_delivery).
 pub(super) async fn defer_delivery(
     store: &PostgresStore,
     seq: u64,

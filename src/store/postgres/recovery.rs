@@ -21,7 +21,7 @@ pub(super) async fn active_tasks(
     recoverable(store, rows).await
 }
 
-/// [`TaskStore::orphaned_tasks`](crate::store::TaskStore::orphaned_tasks).
+/// [`Coordination::orphaned_tasks`](crate::store::Coordination::orphaned_tasks).
 pub(super) async fn orphaned_tasks(
     store: &PostgresStore,
 ) -> Result<Vec<(String, StoredTask)>, StoreError> {

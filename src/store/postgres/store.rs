@@ -1,6 +1,7 @@
-//! [`TaskStore`] for [`PostgresStore`]: each operation handed to the file
-//! that does it (reads, recovery, claims, the feed between replicas, jobs,
-//! the outbox), writes to the writers.
+//! [`TaskStore`], [`Outbox`] and [`Coordination`] for [`PostgresStore`]:
+//! each operation handed to the file that does it (reads, recovery,
+//! claims, the feed between replicas, jobs, the outbox), writes to the
+//! writers.
 
 use std::time::Duration;
 
@@ -11,8 +12,8 @@ use super::writer::WriteKind;
 use super::{PostgresStore, claims, feed, jobs, outbox, reads, recovery};
 use crate::proto::TaskState;
 use crate::store::{
-    CatchUp, Delivery, EncodedTask, ListQuery, OriginState, Owner, StoreError, StoredTask,
-    TaskPage, TaskStore, Waiting, WriteNotice,
+    CatchUp, Coordination, Delivery, EncodedTask, ListQuery, OriginState, Outbox, Owner,
+    StoreError, StoredTask, TaskPage, TaskStore, Waiting, WriteNotice,
 };
 use crate::wkt::Timestamp;
 
@@ -107,6 +108,41 @@ impl TaskStore for PostgresStore {
         recovery::active_tasks(self).await
     }
 
+    async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
+        jobs::purge_terminal_before(self, before).await
+    }
+
+    fn outbox(&self) -> &dyn Outbox {
+        self
+    }
+
+    fn coordination(&self) -> Option<&dyn Coordination> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Outbox for PostgresStore {
+    async fn pending(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        outbox::pending(self, after_seq, limit).await
+    }
+
+    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
+        outbox::finish_delivery(self, seq).await
+    }
+
+    async fn defer_delivery(
+        &self,
+        seq: u64,
+        attempts: u32,
+        not_before_ms: i64,
+    ) -> Result<(), StoreError> {
+        outbox::defer_delivery(self, seq, attempts, not_before_ms).await
+    }
+}
+
+#[async_trait]
+impl Coordination for PostgresStore {
     async fn orphaned_tasks(&self) -> Result<Vec<(String, StoredTask)>, StoreError> {
         recovery::orphaned_tasks(self).await
     }
@@ -141,20 +177,20 @@ impl TaskStore for PostgresStore {
         claims::release_run(self, tenant, task_id).await
     }
 
-    fn lease(&self) -> Option<Duration> {
-        Some(self.standing.lease())
+    fn lease(&self) -> Duration {
+        self.standing.lease()
     }
 
     fn held_for(&self) -> Duration {
         self.standing.held_for()
     }
 
-    fn lease_losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.standing.losses())
+    fn lease_losses(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.standing.losses()
     }
 
-    fn changes(&self) -> Option<broadcast::Receiver<WriteNotice>> {
-        Some(self.changes.subscribe())
+    fn changes(&self) -> broadcast::Receiver<WriteNotice> {
+        self.changes.subscribe()
     }
 
     async fn watch(&self, tenant: &str, task_id: &str, on: bool) -> Result<(), StoreError> {
@@ -177,26 +213,5 @@ impl TaskStore for PostgresStore {
     async fn take_turn(&self, job: &str, every: Duration) -> Result<bool, StoreError> {
         let client = self.client().await?;
         jobs::take_turn(&client, job, every).await
-    }
-
-    async fn purge_terminal_before(&self, before: &Timestamp) -> Result<u64, StoreError> {
-        jobs::purge_terminal_before(self, before).await
-    }
-
-    async fn outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        outbox::outbox(self, after_seq, limit).await
-    }
-
-    async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
-        outbox::finish_delivery(self, seq).await
-    }
-
-    async fn defer_delivery(
-        &self,
-        seq: u64,
-        attempts: u32,
-        not_before_ms: i64,
-    ) -> Result<(), StoreError> {
-        outbox::defer_delivery(self, seq, attempts, not_before_ms).await
     }
 }

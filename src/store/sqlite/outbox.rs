@@ -10,8 +10,8 @@ const OUTBOX: &str = "SELECT o.seq, o.tenant, o.task_id, o.config_id, o.event, o
      LEFT JOIN tasks t ON t.tenant = o.tenant AND t.id = o.task_id \
      WHERE o.seq > ?1 ORDER BY o.seq LIMIT ?2";
 
-/// [`TaskStore::outbox`](crate::store::TaskStore::outbox).
-pub(super) async fn outbox(
+/// [`Outbox::pending`](crate::store::Outbox::pending).
+pub(super) async fn pending(
     store: &SqliteStore,
     after_seq: u64,
     limit: usize,
@@ -42,7 +42,7 @@ pub(super) async fn outbox(
         .await
 }
 
-/// [`TaskStore::finish_delivery`](crate::store::TaskStore::finish_delivery).
+/// [`Outbox::finish_delivery`](crate::store::Outbox::finish_delivery).
 pub(super) async fn finish_delivery(store: &SqliteStore, seq: u64) -> Result<(), StoreError> {
     store
         .writer
@@ -51,7 +51,7 @@ pub(super) async fn finish_delivery(store: &SqliteStore, seq: u64) -> Result<(),
         .map(drop)
 }
 
-/// [`TaskStore::defer_delivery`](crate::store::TaskStore::defer_delivery).
+/// [`Outbox::defer_delivery`](crate::store::Outbox::defer_delivery).
 pub(super) async fn defer_delivery(
     store: &SqliteStore,
     seq: u64,

@@ -1,4 +1,4 @@
-//! [`TaskStore`] for [`SqliteStore`]: each operation handed to the file
+//! [`TaskStore`] and [`Outbox`] for [`SqliteStore`]: each operation handed to the file
 //! that does it (reads, writes, recovery, the outbox).
 
 use async_trait::async_trait;
@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use super::{SqliteStore, outbox, reads, recovery, writes};
 use crate::proto::TaskState;
 use crate::store::{
-    Delivery, EncodedTask, ListQuery, Owner, StoreError, StoredTask, TaskPage, TaskStore, Waiting,
+    Delivery, EncodedTask, ListQuery, Outbox, Owner, StoreError, StoredTask, TaskPage, TaskStore,
+    Waiting,
 };
 use crate::wkt::Timestamp;
 
@@ -101,8 +102,15 @@ impl TaskStore for SqliteStore {
         recovery::active_tasks(self).await
     }
 
-    async fn outbox(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
-        outbox::outbox(self, after_seq, limit).await
+    fn outbox(&self) -> &dyn Outbox {
+        self
+    }
+}
+
+#[async_trait]
+impl Outbox for SqliteStore {
+    async fn pending(&self, after_seq: u64, limit: usize) -> Result<Vec<Delivery>, StoreError> {
+        outbox::pending(self, after_seq, limit).await
     }
 
     async fn finish_delivery(&self, seq: u64) -> Result<(), StoreError> {
