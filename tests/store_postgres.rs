@@ -1412,6 +1412,11 @@ async fn a_follow_up_refused_after_a_conflict_leaves_no_trace_on_its_replica() {
         Arc::new(AsksThenCounts::default()),
     );
     let (a, b) = (replica(a, on_a.clone()), replica(b, on_b.clone()));
+    // B hears of A's writes, as every server does: B's run of "go" waits
+    // for A's release of the task's runs, and a claim refused before that
+    // release commits is tried again only on its notice (or the periodic
+    // look). A does not follow: its copy must stay stale for the conflict.
+    let following = tokio::spawn(b.clone().follow_changes());
     let anonymous = a2a_lifecycle::store::Caller::ANONYMOUS;
     on_a.proceed.notify_one();
     let first = support::user_message("deploy");
@@ -1468,4 +1473,5 @@ async fn a_follow_up_refused_after_a_conflict_leaves_no_trace_on_its_replica() {
         "the refused message is in the task's history"
     );
     drop(held);
+    following.abort();
 }
