@@ -239,8 +239,9 @@ async fn hostile(addr: SocketAddr, dead: Vec<SocketAddr>, per_peer: usize, stop:
 
 // Measured on this project's 2-core machine, 8 s runs. Release build:
 // p99 1.1-1.8 ms alone, 1.7-2.5 ms beside every hostile client (1.3-1.9x).
-// Debug build (dependencies optimized, Cargo.toml): 3.4-4.9 ms alone,
-// 6.7-10.4 ms beside (1.8-2.5x). Before the answers' byte budget (`service::pacing`), the
+// Debug build, dependencies at opt-level 2: 3.4-5.0 ms alone, 6.6-10.4 ms
+// beside (1.3-2.5x); at opt-level 1 (Cargo.toml, since 2026-12-03):
+// 3.7-6.0 ms alone, 3.7-4.1 ms beside (0.7-1.0x). Before the answers' byte budget (`service::pacing`), the
 // refused connections' hold and the memory store's order per owner:
 // release 1 ms alone, 23-38 ms beside (the huge listings 14-28 ms, silent
 // connections reconnecting in a loop 5 ms, a principal listing among its
