@@ -241,11 +241,11 @@ async fn hostile(addr: SocketAddr, dead: Vec<SocketAddr>, per_peer: usize, stop:
 // p99 1.1-1.8 ms alone, 1.7-2.5 ms beside every hostile client (1.3-1.9x).
 // Debug build, dependencies at opt-level 2: 3.4-5.0 ms alone, 6.6-10.4 ms
 // beside (1.3-2.5x); at opt-level 1 (Cargo.toml, since 2026-12-03):
-// 3.7-6.0 ms alone, 3.7-4.1 ms beside (0.7-1.0x). Before the answers' byte budget (`service::pacing`), the
-// refused connections' hold and the memory store's order per owner:
-// release 1 ms alone, 23-38 ms beside (the huge listings 14-28 ms, silent
-// connections reconnecting in a loop 5 ms, a principal listing among its
-// thousands of small tasks 21 ms).
+// 3.7-6.0 ms alone, 3.7-4.1 ms beside (0.7-1.0x). Before the answers' byte
+// budget (`service::pacing`), the refused connections' hold and the memory
+// store's order per owner: release 1 ms alone, 23-38 ms beside (the huge
+// listings 14-28 ms, silent connections reconnecting in a loop 5 ms, a
+// principal listing among its thousands of small tasks 21 ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn well_behaved_clients_keep_their_service_beside_hostile_ones() {
     let file = format!(
