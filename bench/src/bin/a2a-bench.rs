@@ -67,6 +67,9 @@ mod long;
 #[path = "a2a-bench/console.rs"]
 mod console;
 
+#[path = "a2a-bench/instructions.rs"]
+mod instructions;
+
 /// Tasks created before a GetTask run, read round robin.
 const GET_TASKS: usize = 1000;
 /// How long fan-out subscribers get to attach before the updates start.
@@ -96,6 +99,9 @@ enum Cmd {
     /// The console's task list: its first page with 10,000 tasks stored
     /// (memory and SQLite).
     Console(ConsoleArgs),
+    /// Instructions per request of this server and the echo server,
+    /// counted by callgrind over a fixed number of requests.
+    Instructions(instructions::InstructionsArgs),
 }
 
 #[derive(Args)]
@@ -186,7 +192,20 @@ struct Load {
     /// server to the same 1.0 operations.
     #[arg(long = "v0-3")]
     v0_3: bool,
+    /// Exactly this many measured requests instead of `--duration`: the
+    /// warm-up runs for `--warmup`, every request of it is answered, and
+    /// only then do the counted ones start (`a2a-bench instructions`
+    /// counts the server's instructions over just those).
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Called with no request in flight between the warm-up and the
+    /// counted requests (`--requests`).
+    #[arg(skip)]
+    mark: Option<Mark>,
 }
+
+/// What a counted run does between its warm-up and its counted requests.
+type Mark = Arc<dyn Fn() -> Result<(), AnyError> + Send + Sync>;
 
 fn parse_binding(name: &str) -> Result<Binding, String> {
     Binding::parse(name).ok_or_else(|| format!("{name:?}: grpc, jsonrpc or http-json"))
@@ -418,6 +437,9 @@ where
     Fut: std::future::Future<Output = Result<u64, AnyError>> + Send,
 {
     let op = Arc::new(op);
+    if let Some(requests) = load.requests {
+        return counted_loop(clients, load, server_pid, op, requests).await;
+    }
     let counting = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -470,6 +492,99 @@ where
     Ok(Outcome {
         requests: done.load(Ordering::Relaxed),
         events: events.load(Ordering::Relaxed),
+        elapsed,
+        p50_us: hist.value_at_quantile(0.50),
+        p99_us: hist.value_at_quantile(0.99),
+        cpu_s: cpu_before.zip(cpu_after).map(|(a, b)| b - a),
+        peak_rss: server_pid.and_then(|p| status_bytes(p, "VmHWM")),
+        ..Default::default()
+    })
+}
+
+/// `closed_loop` with `--requests`: the warm-up's loop runs until
+/// `--warmup` is over and all its requests are answered, `load.mark` runs
+/// with nothing in flight, then the loop starts again for exactly
+/// `requests` calls, and returns once every one is answered.
+async fn counted_loop<C, F, Fut>(
+    clients: &[C],
+    load: &Load,
+    server_pid: Option<u32>,
+    op: Arc<F>,
+    requests: u64,
+) -> Result<Outcome, AnyError>
+where
+    C: Clone + Send + 'static,
+    F: Fn(C, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<u64, AnyError>> + Send,
+{
+    /// One pass of the loop: until `deadline`, or while tickets last.
+    async fn pass<C, F, Fut>(
+        clients: &[C],
+        concurrency: usize,
+        op: &Arc<F>,
+        deadline: Option<Instant>,
+        tickets: u64,
+    ) -> Result<(u64, u64, Histogram<u64>), AnyError>
+    where
+        C: Clone + Send + 'static,
+        F: Fn(C, u64) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<u64, AnyError>> + Send,
+    {
+        let issued = Arc::new(AtomicU64::new(0));
+        let mut workers = Vec::new();
+        for i in 0..concurrency {
+            let (client, op, issued) = (
+                clients[i % clients.len()].clone(),
+                op.clone(),
+                issued.clone(),
+            );
+            workers.push(tokio::spawn(async move {
+                let mut hist = latency_histogram();
+                let (mut done, mut events) = (0u64, 0u64);
+                let mut n = i as u64;
+                loop {
+                    if deadline.is_some_and(|d| Instant::now() >= d)
+                        || issued.fetch_add(1, Ordering::Relaxed) >= tickets
+                    {
+                        break;
+                    }
+                    let start = Instant::now();
+                    events += op(client.clone(), n).await?;
+                    hist.saturating_record(start.elapsed().as_micros() as u64);
+                    done += 1;
+                    n += ID_STRIDE;
+                }
+                Ok::<_, AnyError>((done, events, hist))
+            }));
+        }
+        let mut total = (0, 0, latency_histogram());
+        for w in workers {
+            let (done, events, hist) = w.await??;
+            total.0 += done;
+            total.1 += events;
+            total.2.add(&hist).expect("same histogram bounds");
+        }
+        Ok(total)
+    }
+    pass(
+        clients,
+        load.concurrency,
+        &op,
+        Some(Instant::now() + load.warmup),
+        u64::MAX,
+    )
+    .await?;
+    if let Some(mark) = &load.mark {
+        mark()?;
+    }
+    let cpu_before = server_pid.and_then(cpu_seconds);
+    let start = Instant::now();
+    let (done, events, hist) = pass(clients, load.concurrency, &op, None, requests).await?;
+    let elapsed = start.elapsed();
+    let cpu_after = server_pid.and_then(cpu_seconds);
+    Ok(Outcome {
+        requests: done,
+        events,
         elapsed,
         p50_us: hist.value_at_quantile(0.50),
         p99_us: hist.value_at_quantile(0.99),
@@ -2181,7 +2296,7 @@ fn main() -> Result<(), AnyError> {
     // inherit the affinity); the servers get the other cores.
     let split = match &cli.command {
         Cmd::Suite(_) | Cmd::Long(_) | Cmd::Console(_) => cpu_split(),
-        Cmd::Run(_) => None,
+        Cmd::Run(_) | Cmd::Instructions(_) => None,
     };
     if let Some((_, generator)) = &split {
         let _ = Command::new("taskset")
@@ -2220,6 +2335,7 @@ fn main() -> Result<(), AnyError> {
                 Ok(())
             }
             Cmd::Suite(args) => suite(&args, split).await,
+            Cmd::Instructions(args) => instructions::instructions(&args).await,
             Cmd::Console(args) => {
                 let server_cpus = split.as_ref().map(|(s, _)| s.as_str());
                 let (rows, json) =
