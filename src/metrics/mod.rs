@@ -173,9 +173,68 @@ struct KindLabels {
 pub struct RpcMetrics {
     requests: Family<RpcLabels, Counter>,
     duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    /// Each label set's handles, looked up in the families once: a call's
+    /// record is then an index, an atomic add and a histogram observation,
+    /// where the families hash four labels under a lock for each handle
+    /// (callgrind: 1,400 instructions a call; see docs/performance.md).
+    handles: Arc<[RpcHandles]>,
+}
+
+/// The labels a call's record can take without a lookup: every method
+/// label [`method_label`] and [`operation_label`] give.
+const METHOD_LABELS: [&str; METHODS.len() + 3] = {
+    let mut all = [""; METHODS.len() + 3];
+    let mut i = 0;
+    while i < METHODS.len() {
+        all[i] = METHODS[i];
+        i += 1;
+    }
+    all[METHODS.len()] = "health";
+    all[METHODS.len() + 1] = "reflection";
+    all[METHODS.len() + 2] = "other";
+    all
+};
+/// The protocol versions, in the handles' order.
+const VERSIONS: [&str; 2] = [V1_0, V0_3];
+/// gRPC codes 0 (`OK`) to 16 (`UNAUTHENTICATED`).
+const CODES: usize = 17;
+
+/// One (binding, version, method)'s handles, each taken from its family
+/// the first time it is used (a label set appears in the exposition only
+/// once it has counted).
+#[derive(Default)]
+struct RpcHandles {
+    requests: [std::sync::OnceLock<Counter>; CODES],
+    duration: std::sync::OnceLock<Histogram>,
 }
 
 impl RpcMetrics {
+    fn new() -> Self {
+        let slots = crate::bindings::Binding::ALL.len() * VERSIONS.len() * METHOD_LABELS.len();
+        RpcMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            handles: (0..slots).map(|_| RpcHandles::default()).collect(),
+        }
+    }
+
+    /// The handles of a label set, when its labels are among the known
+    /// ones (they always are for the server's own calls).
+    fn handles(
+        &self,
+        binding: crate::bindings::Binding,
+        protocol_version: &str,
+        method: &str,
+    ) -> Option<&RpcHandles> {
+        let b = crate::bindings::Binding::ALL
+            .iter()
+            .position(|x| *x == binding)?;
+        let v = VERSIONS.iter().position(|x| *x == protocol_version)?;
+        let m = METHOD_LABELS.iter().position(|x| *x == method)?;
+        self.handles
+            .get((b * VERSIONS.len() + v) * METHOD_LABELS.len() + m)
+    }
+
     /// One call of `method` ([`method_label`]) over `binding` ended with
     /// `code` (a JSON binding's error by its gRPC code, so one label set
     /// serves every binding) after `elapsed`.
@@ -187,22 +246,40 @@ impl RpcMetrics {
         code: tonic::Code,
         elapsed: Duration,
     ) {
-        let binding = binding.name();
-        self.requests
-            .get_or_create(&RpcLabels {
-                binding,
-                protocol_version,
-                method,
-                code: code_label(code),
-            })
-            .inc();
-        self.duration
-            .get_or_create(&MethodLabels {
-                binding,
-                protocol_version,
-                method,
-            })
-            .observe(elapsed.as_secs_f64());
+        let counter = || {
+            self.requests
+                .get_or_create(&RpcLabels {
+                    binding: binding.name(),
+                    protocol_version,
+                    method,
+                    code: code_label(code),
+                })
+                .clone()
+        };
+        let histogram = || {
+            self.duration
+                .get_or_create(&MethodLabels {
+                    binding: binding.name(),
+                    protocol_version,
+                    method,
+                })
+                .clone()
+        };
+        let seconds = elapsed.as_secs_f64();
+        match self.handles(binding, protocol_version, method) {
+            Some(handles) => {
+                let slot = usize::try_from(code as i32).unwrap_or(CODES);
+                match handles.requests.get(slot) {
+                    Some(once) => once.get_or_init(counter).inc(),
+                    None => counter().inc(),
+                };
+                handles.duration.get_or_init(histogram).observe(seconds);
+            }
+            None => {
+                counter().inc();
+                histogram().observe(seconds);
+            }
+        }
     }
 }
 
@@ -456,10 +533,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("a2a");
         let mut names = Vec::new();
-        let rpc = RpcMetrics {
-            requests: Family::default(),
-            duration: Family::new_with_constructor(|| Histogram::new(latency_buckets())),
-        };
+        let rpc = RpcMetrics::new();
         register(
             (&mut registry, &mut names),
             "rpc_requests",

@@ -77,7 +77,9 @@ pub fn is_grpc(headers: &http::HeaderMap) -> bool {
 
 /// The `grpc-status` of a header or trailer map, if it has one.
 fn grpc_status(headers: &http::HeaderMap) -> Option<tonic::Code> {
-    let value = headers.get("grpc-status")?;
+    // A name made once: given as text it is parsed on every lookup.
+    const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+    let value = headers.get(GRPC_STATUS)?;
     let code: i32 = value.to_str().ok()?.parse().ok()?;
     Some(tonic::Code::from(code))
 }

@@ -245,7 +245,9 @@ const GRPC_TIMEOUT_DIGITS: usize = 8;
 /// eight digits and a unit, H M S m u n). A malformed value is ignored, as
 /// tonic's server does: the client enforces its own deadline anyway.
 pub fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    // A name made once: given as text it is parsed on every lookup.
+    const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+    let value = headers.get(GRPC_TIMEOUT)?.to_str().ok()?;
     if value.len() < 2 {
         return None;
     }
@@ -274,9 +276,10 @@ pub fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
 pub fn transport_error_info(
     response: http::Response<tonic::body::Body>,
 ) -> http::Response<tonic::body::Body> {
+    const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
     let headers = response.headers();
     let out_of_range = headers
-        .get("grpc-status")
+        .get(GRPC_STATUS)
         .is_some_and(|v| v.as_bytes() == b"11");
     if !out_of_range || headers.contains_key("grpc-status-details-bin") {
         return response;
