@@ -10,7 +10,9 @@ use super::AgentExecutor;
 /// Tenant name -> executor, with the empty tenant as the default agent.
 #[derive(Clone, Default)]
 pub struct AgentRouter {
-    agents: HashMap<String, Arc<dyn AgentExecutor>>,
+    /// Looked up on every call, keyed by the operator's tenants: a fast
+    /// hash (SipHash's DoS resistance guards maps a client fills).
+    agents: HashMap<String, Arc<dyn AgentExecutor>, foldhash::fast::RandomState>,
 }
 
 impl AgentRouter {

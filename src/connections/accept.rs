@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -134,9 +134,27 @@ pub async fn serve<S>(
     }
 }
 
+/// Spawns hyper's tasks (one per HTTP/2 stream) boxed: a stream's task
+/// holds the whole call's future, which tokio would otherwise copy whole
+/// several times on the way into its task and again as the task ends
+/// (callgrind: about 2,000 instructions of `memcpy` per call; one copy
+/// into the box and an allocation instead).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BoxedExecutor;
+
+impl<F> hyper::rt::Executor<F> for BoxedExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        tokio::spawn(Box::pin(future));
+    }
+}
+
 /// hyper's HTTP/1.1 and HTTP/2 server connections under `limits`.
-fn builder(limits: &ConnectionLimits) -> ConnBuilder<TokioExecutor> {
-    let mut builder = ConnBuilder::new(TokioExecutor::new());
+fn builder(limits: &ConnectionLimits) -> ConnBuilder<BoxedExecutor> {
+    let mut builder = ConnBuilder::new(BoxedExecutor);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -157,7 +175,7 @@ async fn serve_one<IO, S>(
     io: IO,
     connect_info: ConnInfo,
     service: S,
-    builder: Arc<ConnBuilder<TokioExecutor>>,
+    builder: Arc<ConnBuilder<BoxedExecutor>>,
     idle_timeout: Duration,
     draining: CancellationToken,
     cut: CancellationToken,

@@ -233,7 +233,9 @@ impl std::fmt::Debug for CardError {
 /// Every tenant's card, built once at start (cards do not change while
 /// the server runs, so one ETag and one Last-Modified hold for its life).
 pub struct Cards {
-    by_tenant: HashMap<String, Published>,
+    /// Looked up on every call, keyed by the operator's tenants: a fast
+    /// hash (SipHash's DoS resistance guards maps a client fills).
+    by_tenant: HashMap<String, Published, foldhash::fast::RandomState>,
     last_modified: SystemTime,
     /// Protocol 0.3 is served beside 1.0 (not `--no-v0-3`).
     v0_3: bool,
@@ -309,7 +311,7 @@ impl Cards {
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_owned();
-        let mut by_tenant = HashMap::new();
+        let mut by_tenant = HashMap::default();
         for tenant in agents.tenants() {
             let agent = agents.route(&tenant).expect("listed tenant routes");
             let mut card = agent.card();

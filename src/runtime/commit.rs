@@ -337,8 +337,7 @@ impl LiveTask {
                 runs.queue.retain(|q| q.seq != seq);
                 if !runs.active && runs.queue.iter().all(|q| q.seq > seq) {
                     drop(runs);
-                    self.progress
-                        .send_modify(|p| p.runs_finished = p.runs_finished.max(seq));
+                    self.advance(|p| p.runs_finished = p.runs_finished.max(seq));
                 }
             }
         }
@@ -364,7 +363,7 @@ impl LiveTask {
             let version = loaded.version;
             loaded.reload(committed, version);
         }
-        self.progress.send_modify(|p| p.write_failures += 1);
+        self.advance(|p| p.write_failures += 1);
         // The queue may now start (its head was dropped, or a terminal
         // state that held it back was).
         self.dispatch_locked(shared, loaded);

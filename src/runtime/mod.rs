@@ -197,7 +197,8 @@ pub(crate) struct Shared {
     /// ([`TaskManager::follow_changes`]'s look).
     queued: Mutex<HashMap<TaskKey, Arc<LiveTask>, foldhash::fast::RandomState>>,
     /// Executor runs going on, by task (see `TaskManager::drain_runs`).
-    pub(crate) running: tokio::sync::watch::Sender<HashMap<TaskKey, usize>>,
+    pub(crate) running:
+        tokio::sync::watch::Sender<HashMap<TaskKey, usize, foldhash::fast::RandomState>>,
     pub(crate) shutdown: CancellationToken,
     /// The parent of the cancellation token of every run started since
     /// this process last lost its lease ([`Coordination::lease_losses`](crate::store::Coordination::lease_losses)); a
@@ -210,7 +211,7 @@ pub(crate) struct Shared {
     pub(crate) keeps_changes: bool,
     /// The `agent` label of each served tenant's tasks (its card's name),
     /// made once: metrics label tasks by agent, never by free text.
-    agent_labels: HashMap<String, Arc<str>>,
+    agent_labels: HashMap<String, Arc<str>, foldhash::fast::RandomState>,
     /// The label of a tenant not served.
     unknown_agent: Arc<str>,
     /// The store's metrics, for its backend (when metrics are on).
@@ -379,7 +380,7 @@ impl TaskManager {
                 live: Mutex::new(HashMap::default()),
                 origins: Mutex::new(HashMap::default()),
                 queued: Mutex::new(HashMap::default()),
-                running: tokio::sync::watch::Sender::new(HashMap::new()),
+                running: tokio::sync::watch::Sender::new(HashMap::default()),
                 runs: Mutex::new(shutdown.child_token()),
                 shutdown,
                 outbox: Arc::new(tokio::sync::Notify::new()),

@@ -78,7 +78,7 @@ impl LiveTask {
             let _ = tx.send(Arc::new(Signal::Resync));
         }
         let state = loaded.committed_state();
-        self.progress.send_modify(|p| p.state = state);
+        self.advance(|p| p.state = state);
         if state.is_terminal()
             && let Some(token) = self.runs().cancel.take()
         {

@@ -169,7 +169,9 @@ pub(super) fn spawn(
     let timeout = shared.config.task_timeout;
     let running = RunningGuard::new(shared, &sink.inner.key);
     let counted = shared.config.metrics.as_ref().map(|m| m.tasks.run());
-    tokio::spawn(
+    // Boxed: tokio copies a future whole on its way into a task and as the
+    // task ends, and a run's holds the agent's request and its sink.
+    tokio::spawn(Box::pin(
         async move {
             let _running = running;
             let _counted = counted;
@@ -209,7 +211,7 @@ pub(super) fn spawn(
             sink.finish(failure).await;
         }
         .instrument(span),
-    );
+    ));
 }
 
 /// The sink of a run on `ctx`, starting in `mode`.
@@ -245,8 +247,11 @@ struct RunningGuard {
 
 impl RunningGuard {
     fn new(shared: &Arc<Shared>, key: &TaskKey) -> Self {
-        shared.running.send_modify(|r| {
+        // Watched only while the server drains: no watcher, no wake-up
+        // (see `LiveTask::advance`).
+        shared.running.send_if_modified(|r| {
             *r.entry(key.clone()).or_default() += 1;
+            shared.running.receiver_count() > 0
         });
         RunningGuard {
             shared: shared.clone(),
@@ -257,13 +262,15 @@ impl RunningGuard {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        self.shared.running.send_modify(|r| {
+        let running = &self.shared.running;
+        running.send_if_modified(|r| {
             if let Some(n) = r.get_mut(&self.key) {
                 *n -= 1;
                 if *n == 0 {
                     r.remove(&self.key);
                 }
             }
+            running.receiver_count() > 0
         });
     }
 }

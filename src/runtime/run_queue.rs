@@ -111,7 +111,7 @@ impl LiveTask {
         runs.reserved = 1;
         runs.cancel = Some(cancel);
         drop(runs);
-        self.progress.send_modify(|p| {
+        self.advance(|p| {
             p.runs_started = 1;
             p.run_status_seq = p.status_seq;
         });
@@ -145,8 +145,7 @@ impl LiveTask {
             runs.cancel = None;
             self.current_run.load(std::sync::atomic::Ordering::Relaxed)
         };
-        self.progress
-            .send_modify(|p| p.runs_finished = p.runs_finished.max(ended));
+        self.advance(|p| p.runs_finished = p.runs_finished.max(ended));
         self.watch_if_followed(shared);
         if let Err(e) = self.try_dispatch(shared).await {
             // Read again with backoff, off the run that ended.
@@ -213,8 +212,7 @@ impl LiveTask {
             runs.queue.clear();
             runs.reserved
         };
-        self.progress
-            .send_modify(|p| p.runs_finished = p.runs_finished.max(dropped));
+        self.advance(|p| p.runs_finished = p.runs_finished.max(dropped));
     }
 
     /// Starts the next queued run when none is active and its message is
@@ -232,8 +230,7 @@ impl LiveTask {
                 runs.queue.clear();
                 let dropped = runs.reserved;
                 drop(runs);
-                self.progress
-                    .send_modify(|p| p.runs_finished = p.runs_finished.max(dropped));
+                self.advance(|p| p.runs_finished = p.runs_finished.max(dropped));
             }
             return;
         }
@@ -275,7 +272,7 @@ impl LiveTask {
                 .store(seq, std::sync::atomic::Ordering::Relaxed);
             runs.cancel = Some(cancelled.clone());
             drop(runs);
-            self.progress.send_modify(|p| {
+            self.advance(|p| {
                 p.runs_started = seq;
                 p.run_status_seq = p.status_seq;
             });
