@@ -10,7 +10,6 @@ use super::loaded::Author;
 use super::{TaskHandle, TaskManager, server_status, store_error, task_state};
 use crate::agent::RequestContext;
 use crate::error::A2aError;
-use crate::lifecycle::history::task_view;
 use crate::lifecycle::{Cause, HistoryLength};
 use crate::proto::{Task, TaskState};
 use crate::store::{Caller, ListQuery, StoreError, TaskPage};
@@ -24,7 +23,17 @@ impl TaskManager {
         id: &str,
         history: HistoryLength,
     ) -> Result<Task, A2aError> {
-        let (task, _) = self.get_task_logged(tenant, caller, id, history).await?;
+        // The task alone: a store may leave the rest of the record unread.
+        let mut task = self
+            .shared
+            .store
+            .get_task(tenant, id, caller.owner_filter())
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| A2aError::TaskNotFound {
+                task_id: id.to_owned(),
+            })?;
+        history.apply(&mut task);
         Ok(task)
     }
 
@@ -46,7 +55,10 @@ impl TaskManager {
         .ok_or_else(|| A2aError::TaskNotFound {
             task_id: id.to_owned(),
         })?;
-        let task = task_view(&stored.record.task, history, true);
+        // The task was read for this call alone: trimmed in place, not
+        // copied (`task_view`).
+        let mut task = stored.record.task;
+        history.apply(&mut task);
         Ok((task, stored.record.transitions))
     }
 

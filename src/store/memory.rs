@@ -87,6 +87,11 @@ impl Entry {
         })
     }
 
+    /// The task alone ([`TaskStore::get_task`]).
+    fn task(&self) -> Result<crate::proto::Task, StoreError> {
+        codec::decode_task(&self.record, self.changes.iter().map(|c| &c[..]))
+    }
+
     /// The stored size: the whole record and the changes after it.
     fn size(&self) -> usize {
         self.record.len() + self.changes.iter().map(|c| c.len()).sum::<usize>()
@@ -226,6 +231,27 @@ impl TaskStore for MemoryStore {
             .get(tenant)
             .and_then(|t| t.by_id.get(task_id))
             .map(Entry::stored)
+            .transpose()
+    }
+
+    async fn get_task(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Option<crate::proto::Task>, StoreError> {
+        let owner = match owner.map(Owner::new) {
+            // The empty name owns nothing (`TaskStore::get_owned`).
+            Some(None) => return Ok(None),
+            Some(Some(owner)) => Some(owner),
+            None => None,
+        };
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        tenants
+            .get(tenant)
+            .and_then(|t| t.by_id.get(task_id))
+            .filter(|e| owner.is_none() || e.owner == owner)
+            .map(Entry::task)
             .transpose()
     }
 

@@ -68,6 +68,22 @@ pub trait TaskStore: Send + Sync + 'static {
         }
     }
 
+    /// The task alone, if it exists and, given an `owner`, that principal
+    /// created it (GetTask): [`TaskStore::get`] or [`TaskStore::get_owned`]
+    /// without the rest of the record, which a store may leave unread.
+    async fn get_task(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Option<crate::proto::Task>, StoreError> {
+        let stored = match owner {
+            Some(owner) => self.get_owned(tenant, task_id, owner).await?,
+            None => self.get(tenant, task_id).await?,
+        };
+        Ok(stored.map(|s| s.record.task))
+    }
+
     /// Whether `owner` created the task: [`TaskStore::get_owned_by`]
     /// without reading the record, so the answer costs the same for
     /// another's task and a missing one.

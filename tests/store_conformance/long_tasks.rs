@@ -157,6 +157,17 @@ pub async fn thousands_of_updates_read_back_whole(store: Store) {
         assert_eq!(stored.version, 3_001);
         assert_eq!(stored.record, written, "{id}");
         check(&stored.record, 3_000, id);
+        // The task alone (GetTask), with changes to replay after the
+        // record, as `get` reads it.
+        assert_eq!(
+            store
+                .get_task(T, id, None)
+                .await
+                .expect("get_task")
+                .as_ref(),
+            Some(&written.task),
+            "{id}: get_task"
+        );
         // It ends with a whole write, as the runtime ends a task.
         let mut ended = written;
         ended
@@ -176,6 +187,12 @@ pub async fn thousands_of_updates_read_back_whole(store: Store) {
             .expect("the last write");
         assert_eq!(version, 3_002);
         assert_eq!(must_get(&store, T, id).await.record, ended, "{id}, ended");
+        // Whole again: the task's field alone is read.
+        assert_eq!(
+            store.get_task(T, id, None).await.expect("get_task"),
+            Some(ended.task),
+            "{id}, ended: get_task"
+        );
     }
 }
 
