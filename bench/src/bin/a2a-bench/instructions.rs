@@ -103,6 +103,10 @@ pub struct InstructionsArgs {
     /// decode, validation, lifecycle apply, store, ...), per workload.
     #[arg(long)]
     parts: bool,
+    /// Count nothing: print the parts of these kept dumps (`--keep`), a
+    /// column each, per `--requests` requests.
+    #[arg(long, num_args = 1..)]
+    parts_of: Vec<PathBuf>,
     /// More arguments for `a2a-lifecycle serve` (after `--`).
     #[arg(last = true)]
     serve_args: Vec<String>,
@@ -126,6 +130,9 @@ impl Counted {
 }
 
 pub async fn instructions(args: &InstructionsArgs) -> Result<(), AnyError> {
+    if !args.parts_of.is_empty() {
+        return print_dump_parts(args);
+    }
     for tool in ["valgrind", "callgrind_control"] {
         if Command::new(tool).arg("--version").output().is_err() {
             return Err(format!("{tool} not found: install valgrind").into());
@@ -352,6 +359,31 @@ async fn count(
     Ok((total as f64 / args.requests as f64, dump))
 }
 
+/// `--parts-of`: kept dumps' parts, a column each.
+fn print_dump_parts(args: &InstructionsArgs) -> Result<(), AnyError> {
+    let mut columns = Vec::new();
+    for dump in &args.parts_of {
+        columns.push(parts(dump, args.requests)?);
+    }
+    let heads: Vec<String> = args
+        .parts_of
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    println!("| part | {} |", heads.join(" | "));
+    println!("| --- |{}", " --- |".repeat(heads.len()));
+    for (k, (name, ..)) in columns[0].iter().enumerate() {
+        let cells: Vec<String> = columns.iter().map(|c| format!("{:.0}", c[k].1)).collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+    let totals: Vec<String> = columns
+        .iter()
+        .map(|c| format!("{:.0}", c.iter().map(|p| p.1).sum::<f64>()))
+        .collect();
+    println!("| total | {} |", totals.join(" | "));
+    Ok(())
+}
+
 /// One workload's parts, a column per server.
 fn print_parts(args: &InstructionsArgs, row: &Counted) -> Result<(), AnyError> {
     let mut columns = Vec::new();
@@ -441,7 +473,15 @@ fn totals(dump: &Path) -> Result<u64, AnyError> {
 /// moved by a spawn counts to the part that spawned it.
 const PARTS: &[(&str, &[&str])] = &[
     ("request decode", &["tonic::codec::decode"]),
-    ("response encode", &["tonic::codec::encode"]),
+    // The body's map_err wrapper too: where tonic's encoding of the
+    // answer is inlined into it, the encoding shows under its name.
+    (
+        "response encode",
+        &[
+            "tonic::codec::encode",
+            "http_body_util::combinators::map_err::MapErr",
+        ],
+    ),
     (
         "validation",
         &[
