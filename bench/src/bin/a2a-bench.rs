@@ -438,7 +438,30 @@ where
 {
     let op = Arc::new(op);
     if let Some(requests) = load.requests {
-        return counted_loop(clients, load, server_pid, op, requests).await;
+        // The warm-up's loop runs until `--warmup` is over and all its
+        // requests are answered, `load.mark` runs with nothing in flight,
+        // then the loop starts again for exactly `requests` calls.
+        let warmup = Some(Instant::now() + load.warmup);
+        counted_pass(clients, load.concurrency, &op, warmup, u64::MAX).await?;
+        if let Some(mark) = &load.mark {
+            mark()?;
+        }
+        let cpu_before = server_pid.and_then(cpu_seconds);
+        let start = Instant::now();
+        let (done, events, hist) =
+            counted_pass(clients, load.concurrency, &op, None, requests).await?;
+        let elapsed = start.elapsed();
+        let cpu_after = server_pid.and_then(cpu_seconds);
+        return Ok(Outcome {
+            requests: done,
+            events,
+            elapsed,
+            p50_us: hist.value_at_quantile(0.50),
+            p99_us: hist.value_at_quantile(0.99),
+            cpu_s: cpu_before.zip(cpu_after).map(|(a, b)| b - a),
+            peak_rss: server_pid.and_then(|p| status_bytes(p, "VmHWM")),
+            ..Default::default()
+        });
     }
     let counting = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -501,97 +524,56 @@ where
     })
 }
 
-/// `closed_loop` with `--requests`: the warm-up's loop runs until
-/// `--warmup` is over and all its requests are answered, `load.mark` runs
-/// with nothing in flight, then the loop starts again for exactly
-/// `requests` calls, and returns once every one is answered.
-async fn counted_loop<C, F, Fut>(
+/// One pass of `closed_loop` with `--requests`: `concurrency` workers
+/// until `deadline`, or while `tickets` last; returns once every request
+/// it made is answered, with their count, events and latencies.
+async fn counted_pass<C, F, Fut>(
     clients: &[C],
-    load: &Load,
-    server_pid: Option<u32>,
-    op: Arc<F>,
-    requests: u64,
-) -> Result<Outcome, AnyError>
+    concurrency: usize,
+    op: &Arc<F>,
+    deadline: Option<Instant>,
+    tickets: u64,
+) -> Result<(u64, u64, Histogram<u64>), AnyError>
 where
     C: Clone + Send + 'static,
     F: Fn(C, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<u64, AnyError>> + Send,
 {
-    /// One pass of the loop: until `deadline`, or while tickets last.
-    async fn pass<C, F, Fut>(
-        clients: &[C],
-        concurrency: usize,
-        op: &Arc<F>,
-        deadline: Option<Instant>,
-        tickets: u64,
-    ) -> Result<(u64, u64, Histogram<u64>), AnyError>
-    where
-        C: Clone + Send + 'static,
-        F: Fn(C, u64) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<u64, AnyError>> + Send,
-    {
-        let issued = Arc::new(AtomicU64::new(0));
-        let mut workers = Vec::new();
-        for i in 0..concurrency {
-            let (client, op, issued) = (
-                clients[i % clients.len()].clone(),
-                op.clone(),
-                issued.clone(),
-            );
-            workers.push(tokio::spawn(async move {
-                let mut hist = latency_histogram();
-                let (mut done, mut events) = (0u64, 0u64);
-                let mut n = i as u64;
-                loop {
-                    if deadline.is_some_and(|d| Instant::now() >= d)
-                        || issued.fetch_add(1, Ordering::Relaxed) >= tickets
-                    {
-                        break;
-                    }
-                    let start = Instant::now();
-                    events += op(client.clone(), n).await?;
-                    hist.saturating_record(start.elapsed().as_micros() as u64);
-                    done += 1;
-                    n += ID_STRIDE;
+    let issued = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for i in 0..concurrency {
+        let (client, op, issued) = (
+            clients[i % clients.len()].clone(),
+            op.clone(),
+            issued.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut hist = latency_histogram();
+            let (mut done, mut events) = (0u64, 0u64);
+            let mut n = i as u64;
+            loop {
+                if deadline.is_some_and(|d| Instant::now() >= d)
+                    || issued.fetch_add(1, Ordering::Relaxed) >= tickets
+                {
+                    break;
                 }
-                Ok::<_, AnyError>((done, events, hist))
-            }));
-        }
-        let mut total = (0, 0, latency_histogram());
-        for w in workers {
-            let (done, events, hist) = w.await??;
-            total.0 += done;
-            total.1 += events;
-            total.2.add(&hist).expect("same histogram bounds");
-        }
-        Ok(total)
+                let start = Instant::now();
+                events += op(client.clone(), n).await?;
+                hist.saturating_record(start.elapsed().as_micros() as u64);
+                done += 1;
+                n += ID_STRIDE;
+            }
+            Ok::<_, AnyError>((done, events, hist))
+        }));
     }
-    pass(
-        clients,
-        load.concurrency,
-        &op,
-        Some(Instant::now() + load.warmup),
-        u64::MAX,
-    )
-    .await?;
-    if let Some(mark) = &load.mark {
-        mark()?;
+    let mut total = (0, 0, latency_histogram());
+    for w in workers {
+        let (done, events, hist) = w.await??;
+        total.0 += done;
+        total.1 += events;
+        total.2.add(&hist).expect("same histogram bounds");
     }
-    let cpu_before = server_pid.and_then(cpu_seconds);
-    let start = Instant::now();
-    let (done, events, hist) = pass(clients, load.concurrency, &op, None, requests).await?;
-    let elapsed = start.elapsed();
-    let cpu_after = server_pid.and_then(cpu_seconds);
-    Ok(Outcome {
-        requests: done,
-        events,
-        elapsed,
-        p50_us: hist.value_at_quantile(0.50),
-        p99_us: hist.value_at_quantile(0.99),
-        cpu_s: cpu_before.zip(cpu_after).map(|(a, b)| b - a),
-        peak_rss: server_pid.and_then(|p| status_bytes(p, "VmHWM")),
-        ..Default::default()
-    })
+    Ok(total)
 }
 
 /// Latencies in µs, 1 µs to 60 s, 3 significant digits.

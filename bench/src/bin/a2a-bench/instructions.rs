@@ -181,15 +181,12 @@ pub async fn instructions(args: &InstructionsArgs) -> Result<(), AnyError> {
     Ok(())
 }
 
-fn workload_name(workload: Workload) -> &'static str {
-    match workload {
-        Workload::Send => "send",
-        Workload::SendBlocking => "send-blocking",
-        Workload::Get => "get",
-        Workload::Stream => "stream",
-        Workload::Fanout => "fanout",
-        Workload::CreateMany => "create-many",
-    }
+/// The workload's name on the command line (`send-blocking`).
+fn workload_name(workload: Workload) -> String {
+    workload
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
 }
 
 fn print_rows(args: &InstructionsArgs, rows: &[Counted]) {
@@ -363,24 +360,9 @@ async fn count(
 fn print_dump_parts(args: &InstructionsArgs) -> Result<(), AnyError> {
     let mut columns = Vec::new();
     for dump in &args.parts_of {
-        columns.push(parts(dump, args.requests)?);
+        columns.push((dump.display().to_string(), parts(dump, args.requests)?));
     }
-    let heads: Vec<String> = args
-        .parts_of
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect();
-    println!("| part | {} |", heads.join(" | "));
-    println!("| --- |{}", " --- |".repeat(heads.len()));
-    for (k, (name, ..)) in columns[0].iter().enumerate() {
-        let cells: Vec<String> = columns.iter().map(|c| format!("{:.0}", c[k].1)).collect();
-        println!("| {name} | {} |", cells.join(" | "));
-    }
-    let totals: Vec<String> = columns
-        .iter()
-        .map(|c| format!("{:.0}", c.iter().map(|p| p.1).sum::<f64>()))
-        .collect();
-    println!("| total | {} |", totals.join(" | "));
+    print_parts_table(&columns, false);
     Ok(())
 }
 
@@ -388,25 +370,35 @@ fn print_dump_parts(args: &InstructionsArgs) -> Result<(), AnyError> {
 fn print_parts(args: &InstructionsArgs, row: &Counted) -> Result<(), AnyError> {
     let mut columns = Vec::new();
     for (target, dump) in &row.dumps {
-        columns.push((*target, parts(dump, args.requests)?));
+        columns.push((target.name().to_owned(), parts(dump, args.requests)?));
     }
     println!();
     println!(
         "{}: instructions per request by part (of which memcpy / allocator)",
         workload_name(row.workload)
     );
-    let heads: Vec<&str> = columns.iter().map(|(t, _)| t.name()).collect();
+    print_parts_table(&columns, true);
+    Ok(())
+}
+
+/// Parts by row, a column per (head, parts); with `detail`, each cell's
+/// `memcpy` and allocator shares beside it.
+fn print_parts_table(columns: &[(String, Vec<Part>)], detail: bool) {
+    let heads: Vec<&str> = columns.iter().map(|(head, _)| head.as_str()).collect();
     println!("| part | {} |", heads.join(" | "));
     println!("| --- |{}", " --- |".repeat(heads.len()));
-    for (k, (name, ..)) in columns[0].1.iter().enumerate() {
+    let Some((_, first)) = columns.first() else {
+        return;
+    };
+    for (k, (name, ..)) in first.iter().enumerate() {
         let cells: Vec<String> = columns
             .iter()
             .map(|(_, parts)| {
                 let (_, all, copy, alloc) = parts[k];
-                if all < 0.5 {
-                    "0".to_owned()
-                } else {
-                    format!("{all:.0} ({copy:.0} / {alloc:.0})")
+                match detail {
+                    false => format!("{all:.0}"),
+                    true if all < 0.5 => "0".to_owned(),
+                    true => format!("{all:.0} ({copy:.0} / {alloc:.0})"),
                 }
             })
             .collect();
@@ -417,7 +409,6 @@ fn print_parts(args: &InstructionsArgs, row: &Counted) -> Result<(), AnyError> {
         .map(|(_, parts)| format!("{:.0}", parts.iter().map(|p| p.1).sum::<f64>()))
         .collect();
     println!("| total | {} |", totals.join(" | "));
-    Ok(())
 }
 
 /// Waits until the server uses next to no CPU: its last run ended and
@@ -582,9 +573,12 @@ const PARTS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// A callgrind dump's instructions by part, per request: (part, all, of
-/// which `memcpy`, of which the allocator).
-pub fn parts(dump: &Path, requests: u64) -> Result<Vec<(&'static str, f64, f64, f64)>, AnyError> {
+/// One part's instructions per request: (part, all, of which `memcpy`, of
+/// which the allocator).
+type Part = (&'static str, f64, f64, f64);
+
+/// A callgrind dump's instructions by part, per request.
+pub fn parts(dump: &Path, requests: u64) -> Result<Vec<Part>, AnyError> {
     use std::collections::HashMap;
     let text = std::fs::read_to_string(dump)?;
     // Self cost per function, and the inclusive cost of each call edge.
