@@ -48,6 +48,12 @@ const METHODS: &[&str] = &[
     "GetExtendedAgentCard",
 ];
 
+/// The method labels of the health and reflection services, and of any
+/// other path.
+const HEALTH: &str = "health";
+const REFLECTION: &str = "reflection";
+const OTHER: &str = "other";
+
 /// The method label of an A2A operation's name (JSON-RPC method, or the
 /// operation an HTTP+JSON route names): `other` when it is none.
 pub fn operation_label(name: &str) -> &'static str {
@@ -55,7 +61,7 @@ pub fn operation_label(name: &str) -> &'static str {
         .iter()
         .find(|m| **m == name)
         .copied()
-        .unwrap_or("other")
+        .unwrap_or(OTHER)
 }
 
 /// The method label of a gRPC request path (`/lf.a2a.v1.A2AService/GetTask`
@@ -63,14 +69,14 @@ pub fn operation_label(name: &str) -> &'static str {
 /// service; anything else is `other`).
 pub fn method_label(path: &str) -> &'static str {
     let Some((service, method)) = path.trim_start_matches('/').split_once('/') else {
-        return "other";
+        return OTHER;
     };
     if service == "lf.a2a.v1.A2AService" {
         return METHODS
             .iter()
             .find(|m| **m == method)
             .copied()
-            .unwrap_or("other");
+            .unwrap_or(OTHER);
     }
     // Protocol 0.3's service: its RPCs count as the 1.0 operations they
     // become.
@@ -84,11 +90,11 @@ pub fn method_label(path: &str) -> &'static str {
         return operation_label(method);
     }
     match service {
-        "grpc.health.v1.Health" => "health",
+        "grpc.health.v1.Health" => HEALTH,
         "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
-            "reflection"
+            REFLECTION
         }
-        _ => "other",
+        _ => OTHER,
     }
 }
 
@@ -189,9 +195,9 @@ const METHOD_LABELS: [&str; METHODS.len() + 3] = {
         all[i] = METHODS[i];
         i += 1;
     }
-    all[METHODS.len()] = "health";
-    all[METHODS.len() + 1] = "reflection";
-    all[METHODS.len() + 2] = "other";
+    all[METHODS.len()] = HEALTH;
+    all[METHODS.len() + 1] = REFLECTION;
+    all[METHODS.len() + 2] = OTHER;
     all
 };
 /// The protocol versions, in the handles' order.
