@@ -179,14 +179,33 @@ impl OutboxQueue {
     }
 }
 
+fn poisoned<T>(_: T) -> StoreError {
+    StoreError::Internal("memory store lock poisoned".into())
+}
+
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
-}
 
-fn poisoned<T>(_: T) -> StoreError {
-    StoreError::Internal("memory store lock poisoned".into())
+    /// `read` of a task's entry, if it exists and, given an `owner`, that
+    /// principal created it: the one lookup behind `get`, `get_owned_by`
+    /// and `get_task`.
+    fn read_entry<T>(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: Option<&Owner>,
+        read: impl FnOnce(&Entry) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let tenants = self.tenants.read().map_err(poisoned)?;
+        tenants
+            .get(tenant)
+            .and_then(|t| t.by_id.get(task_id))
+            .filter(|e| owner.is_none_or(|owner| e.owner.as_ref() == Some(owner)))
+            .map(read)
+            .transpose()
+    }
 }
 
 #[async_trait]
@@ -226,12 +245,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn get(&self, tenant: &str, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
-        let tenants = self.tenants.read().map_err(poisoned)?;
-        tenants
-            .get(tenant)
-            .and_then(|t| t.by_id.get(task_id))
-            .map(Entry::stored)
-            .transpose()
+        self.read_entry(tenant, task_id, None, Entry::stored)
     }
 
     async fn get_task(
@@ -240,19 +254,12 @@ impl TaskStore for MemoryStore {
         task_id: &str,
         owner: Option<&str>,
     ) -> Result<Option<crate::proto::Task>, StoreError> {
-        let owner = match owner.map(Owner::new) {
+        match owner.map(Owner::new) {
             // The empty name owns nothing (`TaskStore::get_owned`).
-            Some(None) => return Ok(None),
-            Some(Some(owner)) => Some(owner),
-            None => None,
-        };
-        let tenants = self.tenants.read().map_err(poisoned)?;
-        tenants
-            .get(tenant)
-            .and_then(|t| t.by_id.get(task_id))
-            .filter(|e| owner.is_none() || e.owner == owner)
-            .map(Entry::task)
-            .transpose()
+            Some(None) => Ok(None),
+            Some(Some(owner)) => self.read_entry(tenant, task_id, Some(&owner), Entry::task),
+            None => self.read_entry(tenant, task_id, None, Entry::task),
+        }
     }
 
     async fn get_owned_by(
@@ -261,13 +268,7 @@ impl TaskStore for MemoryStore {
         task_id: &str,
         owner: &Owner,
     ) -> Result<Option<StoredTask>, StoreError> {
-        let tenants = self.tenants.read().map_err(poisoned)?;
-        tenants
-            .get(tenant)
-            .and_then(|t| t.by_id.get(task_id))
-            .filter(|e| e.owner.as_ref() == Some(owner))
-            .map(Entry::stored)
-            .transpose()
+        self.read_entry(tenant, task_id, Some(owner), Entry::stored)
     }
 
     async fn is_owned_by(
