@@ -324,20 +324,10 @@ impl LiveTask {
         self.lock_loaded(shared).await
     }
 
-    /// Updates the task's [`Progress`], waking its watchers only when it
-    /// has any: tokio's watch channel otherwise wakes each of its eight
-    /// notifier shards under a lock on every update (callgrind: about 420
-    /// instructions an update, seven a non-blocking send), and only a
-    /// blocking send or a replica following the task ever watches. A
-    /// watcher that comes later reads the value as it then is
-    /// (`wait_for` looks at it before waiting); one that subscribes while
-    /// this runs is counted before the value can be read (the update
-    /// holds the channel's write lock), so it is woken.
+    /// Updates the task's [`Progress`] ([`super::update_watched`]): only a
+    /// blocking send or a replica following the task ever watches it.
     pub(crate) fn advance(&self, update: impl FnOnce(&mut Progress)) {
-        self.progress.send_if_modified(|p| {
-            update(p);
-            self.progress.receiver_count() > 0
-        });
+        super::update_watched(&self.progress, update);
     }
 
     /// Installs a freshly created task (version from `TaskStore::create`).

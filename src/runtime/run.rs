@@ -247,11 +247,9 @@ struct RunningGuard {
 
 impl RunningGuard {
     fn new(shared: &Arc<Shared>, key: &TaskKey) -> Self {
-        // Watched only while the server drains: no watcher, no wake-up
-        // (see `LiveTask::advance`).
-        shared.running.send_if_modified(|r| {
+        // Watched only while the server drains.
+        super::update_watched(&shared.running, |r| {
             *r.entry(key.clone()).or_default() += 1;
-            shared.running.receiver_count() > 0
         });
         RunningGuard {
             shared: shared.clone(),
@@ -262,15 +260,13 @@ impl RunningGuard {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        let running = &self.shared.running;
-        running.send_if_modified(|r| {
+        super::update_watched(&self.shared.running, |r| {
             if let Some(n) = r.get_mut(&self.key) {
                 *n -= 1;
                 if *n == 0 {
                     r.remove(&self.key);
                 }
             }
-            running.receiver_count() > 0
         });
     }
 }
