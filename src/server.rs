@@ -33,10 +33,10 @@ use crate::connections::{self, ClientCerts, ConnectionLimits};
 use crate::discovery::{Cards, DiscoveryConfig};
 use crate::operations::{Access, Health, Operations, http_router, serve_operations};
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::proto::a2a_service_server::A2aServiceServer;
 use crate::runtime::{RuntimeConfig, TaskManager};
+use crate::service::grpc_server::A2aGrpcServer;
 use crate::service::web::HttpBindings;
-use crate::service::{A2aApi, A2aGrpc, Binding};
+use crate::service::{A2aApi, Binding};
 use crate::store::TaskStore;
 use by_content_type::ByContentType;
 use input_waits::sweep_input_waits;
@@ -291,9 +291,7 @@ impl Server {
             .with_auth(auth)
             .with_push(egress)
             .with_read_pacing(limits.read_bytes_per_second);
-        let a2a = A2aServiceServer::new(A2aGrpc::new(api.clone()))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let a2a = A2aGrpcServer::new(api.clone());
         // Protocol 0.3's service (`a2a.v1.A2AService`), beside 1.0's.
         let a2a_v0_3 = crate::proto::v0_3::a2a_service_server::A2aServiceServer::new(
             crate::service::v0_3::grpc::A2aGrpcV03::new(api.clone()),

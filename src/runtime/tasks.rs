@@ -12,7 +12,7 @@ use crate::agent::RequestContext;
 use crate::error::A2aError;
 use crate::lifecycle::{Cause, HistoryLength};
 use crate::proto::{Task, TaskState};
-use crate::store::{Caller, ListQuery, StoreError, TaskPage};
+use crate::store::{Caller, ListQuery, StoreError, TaskPage, TaskRead};
 
 impl TaskManager {
     /// GetTask (spec §3.1.3); a task `caller` may not see is not found.
@@ -23,18 +23,33 @@ impl TaskManager {
         id: &str,
         history: HistoryLength,
     ) -> Result<Task, A2aError> {
+        self.read_task(tenant, caller, id, history)
+            .await?
+            .into_task()
+            .map_err(store_error)
+    }
+
+    /// [`TaskManager::get_task`] as the store keeps the task: its encoding
+    /// when the store has it ([`TaskRead::Encoded`], history trimmed in the
+    /// bytes), for an answer that sends the task as it is.
+    pub async fn read_task(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        id: &str,
+        history: HistoryLength,
+    ) -> Result<TaskRead, A2aError> {
         // The task alone: a store may leave the rest of the record unread.
-        let mut task = self
-            .shared
+        self.shared
             .store
-            .get_task(tenant, id, caller.owner_filter())
+            .read_task(tenant, id, caller.owner_filter())
             .await
             .map_err(store_error)?
             .ok_or_else(|| A2aError::TaskNotFound {
                 task_id: id.to_owned(),
-            })?;
-        history.apply(&mut task);
-        Ok(task)
+            })?
+            .with_history(history)
+            .map_err(store_error)
     }
 
     /// [`TaskManager::get_task`] with the task's transition log, oldest

@@ -64,6 +64,23 @@ fn unary<T>(answer: Result<T, A2aError>) -> Result<Response<T>, Status> {
     answer.map(Response::new).map_err(Status::from)
 }
 
+/// GetTask's gRPC answer: the task, or its encoding
+/// ([`crate::store::TaskRead`]), naming the extensions the call activated.
+pub(crate) fn get_task_response<T>(
+    call: &CallContext,
+    answer: Result<T, A2aError>,
+) -> Result<Response<T>, Status> {
+    let mut response = unary(answer)?;
+    if let Some(uri) = call.params.activated() {
+        // spec §4.6: the response names the extensions it activated.
+        response.metadata_mut().insert(
+            crate::discovery::EXTENSIONS_METADATA,
+            tonic::metadata::MetadataValue::from_static(uri),
+        );
+    }
+    Ok(response)
+}
+
 fn streamed(
     answer: Result<super::EventStream, A2aError>,
 ) -> Result<Response<GrpcEventStream>, Status> {
@@ -97,17 +114,13 @@ impl A2aService for A2aGrpc {
         )
     }
 
+    /// Served by [`super::grpc_server::A2aGrpcServer`] without decoding
+    /// the task; this is the same answer for a server built on the
+    /// generated service alone.
     async fn get_task(&self, request: Request<GetTaskRequest>) -> Result<Response<Task>, Status> {
         let call = context(&request);
-        let mut response = unary(self.api.get_task(&call, request.into_inner()).await)?;
-        if let Some(uri) = call.params.activated() {
-            // spec §4.6: the response names the extensions it activated.
-            response.metadata_mut().insert(
-                crate::discovery::EXTENSIONS_METADATA,
-                tonic::metadata::MetadataValue::from_static(uri),
-            );
-        }
-        Ok(response)
+        let answer = self.api.get_task(&call, request.into_inner()).await;
+        get_task_response(&call, answer)
     }
 
     async fn list_tasks(

@@ -23,6 +23,7 @@
 //! else is done with the message.
 
 pub mod grpc;
+pub mod grpc_server;
 pub mod http_json;
 pub mod jsonrpc;
 pub mod pacing;
@@ -53,11 +54,12 @@ use crate::proto::{
     SubscribeToTaskRequest, Task, TaskPushNotificationConfig,
 };
 use crate::runtime::TaskManager;
-use crate::store::Caller;
+use crate::store::{Caller, TaskRead};
 use crate::telemetry::TraceParent;
 
 pub use crate::bindings::{Binding, BindingSet};
 pub use grpc::A2aGrpc;
+pub use grpc_server::A2aGrpcServer;
 
 /// A stream of A2A events, ending at the first error.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamResponse, A2aError>> + Send>>;
@@ -359,6 +361,20 @@ impl A2aApi {
         call: &CallContext,
         request: GetTaskRequest,
     ) -> Result<Task, A2aError> {
+        self.read_task(call, request)
+            .await?
+            .into_task()
+            .map_err(crate::runtime::store_error)
+    }
+
+    /// GetTask, the task as the store keeps it: its encoding when the
+    /// store has it ([`TaskRead::Encoded`]), for the gRPC binding, which
+    /// answers with those bytes as they are.
+    pub async fn read_task(
+        &self,
+        call: &CallContext,
+        request: GetTaskRequest,
+    ) -> Result<TaskRead, A2aError> {
         within(
             call,
             Box::pin(async {
@@ -369,7 +385,8 @@ impl A2aApi {
                 self.pacing.wait(&reader).await;
                 let transitions = call.params.activates(TRANSITIONS_EXTENSION);
                 let task = tasks::get_task(&self.manager, &caller, request, transitions).await?;
-                Ok(self.charge(&reader, task))
+                self.pacing.charge(&reader, task.encoded_len());
+                Ok(task)
             }),
         )
         .await

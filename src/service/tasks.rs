@@ -10,32 +10,33 @@ use crate::proto::{
 };
 use crate::runtime::TaskManager;
 use crate::runtime::stream::CloseAt;
-use crate::store::{Caller, Cursor, status_key};
+use crate::store::{Caller, Cursor, TaskRead, status_key};
 
 /// Encoded tasks one ListTasks response may carry (the stores stop a page
 /// at it).
 pub use crate::store::MAX_PAGE_BYTES;
 
 /// GetTask; with `transitions`, the task's transition log in its metadata
-/// ([`crate::lifecycle::TRANSITIONS_EXTENSION`]).
+/// ([`crate::lifecycle::TRANSITIONS_EXTENSION`]). Without, the task as the
+/// store keeps it ([`TaskRead`]).
 pub async fn get_task(
     manager: &TaskManager,
     caller: &Caller,
     req: GetTaskRequest,
     transitions: bool,
-) -> Result<Task, A2aError> {
+) -> Result<TaskRead, A2aError> {
     validate::task_id(&req.tenant, &req.id)?;
     let history = validate::history_length(req.history_length)?;
     if !transitions {
         return manager
-            .get_task(&req.tenant, caller, &req.id, history)
+            .read_task(&req.tenant, caller, &req.id, history)
             .await;
     }
     let (mut task, log) = manager
         .get_task_logged(&req.tenant, caller, &req.id, history)
         .await?;
     crate::lifecycle::transitions::show_transitions(&mut task, &log);
-    Ok(task)
+    Ok(TaskRead::Decoded(task))
 }
 
 /// ListTasks calls one caller (a principal, or an address without

@@ -135,6 +135,76 @@ pub fn decode_task<'a>(
     Ok(stored.task.unwrap_or_default())
 }
 
+/// Where the task's own encoding lies in a whole record ([`encode`] writes
+/// it first, as field 1): the bytes GetTask answers with, as they are, when
+/// no changes follow the record (a task at rest). `None` when the record
+/// does not start that way (not written by [`encode`]); the caller decodes.
+pub fn task_span(whole: &[u8]) -> Option<std::ops::Range<usize>> {
+    use prost::encoding::{WireType, decode_key, decode_varint};
+    let mut rest = whole;
+    let (field, wire) = decode_key(&mut rest).ok()?;
+    if field != 1 || wire != WireType::LengthDelimited {
+        return None;
+    }
+    let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
+    let start = whole.len() - rest.len();
+    let end = start.checked_add(len)?;
+    (end <= whole.len()).then_some(start..end)
+}
+
+/// An encoded [`Task`] with only its `n` most recent history messages
+/// ([`crate::lifecycle::HistoryLength::Last`]), the other fields as they
+/// were, in order: the bytes of the trimmed task's encoding, made without
+/// decoding the task. The same bytes when there is nothing to trim. `None`
+/// when `task` is not a well-formed encoding (the caller decodes).
+pub fn trim_history(task: bytes::Bytes, n: usize) -> Option<bytes::Bytes> {
+    // Task.history (spec §4.1.1, a2a.proto).
+    const HISTORY: u32 = 5;
+    let fields = fields(&task)?;
+    let history = fields.iter().filter(|f| f.0 == HISTORY).count();
+    if history <= n {
+        return Some(task);
+    }
+    let mut skip = history - n;
+    let mut out = Vec::with_capacity(task.len());
+    for (field, range) in fields {
+        if field == HISTORY && skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        out.extend_from_slice(&task[range]);
+    }
+    Some(out.into())
+}
+
+/// Each top-level field of an encoded message: its number and the bytes
+/// of its key and value. `None` for a malformed encoding or a group.
+fn fields(message: &[u8]) -> Option<Vec<(u32, std::ops::Range<usize>)>> {
+    use prost::encoding::{WireType, decode_key, decode_varint};
+    let mut fields = Vec::new();
+    let mut rest = message;
+    while !rest.is_empty() {
+        let start = message.len() - rest.len();
+        let (field, wire) = decode_key(&mut rest).ok()?;
+        let len = match wire {
+            WireType::Varint => {
+                decode_varint(&mut rest).ok()?;
+                0
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => usize::try_from(decode_varint(&mut rest).ok()?).ok()?,
+            WireType::StartGroup | WireType::EndGroup => return None,
+        };
+        if len > rest.len() {
+            return None;
+        }
+        rest = &rest[len..];
+        fields.push((field, start..message.len() - rest.len()));
+    }
+    Some(fields)
+}
+
 /// One write's changes ([`crate::lifecycle::Changes`]) as a store keeps
 /// them.
 pub fn decode_changes(bytes: &[u8]) -> Result<crate::lifecycle::Changes, StoreError> {

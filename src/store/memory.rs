@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::{
     Body, Cursor, Delivery, EncodedTask, ListQuery, Outbox, Owner, OwnerFilter, StoreError,
-    StoredTask, TaskPage, TaskStore, TimeKey, codec, origin_key, origin_of, time_key,
+    StoredTask, TaskPage, TaskRead, TaskStore, TimeKey, codec, origin_key, origin_of, time_key,
 };
 use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
@@ -90,6 +90,18 @@ impl Entry {
     /// The task alone ([`TaskStore::get_task`]).
     fn task(&self) -> Result<crate::proto::Task, StoreError> {
         codec::decode_task(&self.record, self.changes.iter().map(|c| &c[..]))
+    }
+
+    /// The task as kept ([`TaskStore::read_task`]): a task at rest (no
+    /// changes after its whole record) is handed out as its encoding, a
+    /// slice of the record shared, not copied.
+    fn read(&self) -> Result<TaskRead, StoreError> {
+        match codec::task_span(&self.record) {
+            Some(span) if self.changes.is_empty() => Ok(TaskRead::Encoded(
+                bytes::Bytes::from_owner(self.record.clone()).slice(span),
+            )),
+            _ => self.task().map(TaskRead::Decoded),
+        }
     }
 
     /// The stored size: the whole record and the changes after it.
@@ -259,6 +271,20 @@ impl TaskStore for MemoryStore {
             Some(None) => Ok(None),
             Some(Some(owner)) => self.read_entry(tenant, task_id, Some(&owner), Entry::task),
             None => self.read_entry(tenant, task_id, None, Entry::task),
+        }
+    }
+
+    async fn read_task(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Option<TaskRead>, StoreError> {
+        match owner.map(Owner::new) {
+            // The empty name owns nothing (`TaskStore::get_owned`).
+            Some(None) => Ok(None),
+            Some(Some(owner)) => self.read_entry(tenant, task_id, Some(&owner), Entry::read),
+            None => self.read_entry(tenant, task_id, None, Entry::read),
         }
     }
 

@@ -55,4 +55,4 @@ pub use outbox::{DELIVERY_ROLE, Delivery, Outbox, OutboxEntry};
 pub use owner::{Owner, OwnerFilter};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use task_store::{StoredTask, TaskStore};
+pub use task_store::{StoredTask, TaskRead, TaskStore};

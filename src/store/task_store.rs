@@ -16,6 +16,68 @@ pub struct StoredTask {
     pub version: u64,
 }
 
+/// A task as [`TaskStore::read_task`] hands it out: its protobuf
+/// encoding, or the task decoded.
+///
+/// Passed by value once per call and never collected, so the variants'
+/// sizes do not matter; boxing the task would cost an allocation per read.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskRead {
+    /// The bytes of the task's encoding as the store keeps them: GetTask
+    /// over gRPC answers with them as they are, neither decoded nor
+    /// encoded again (issue 32).
+    Encoded(bytes::Bytes),
+    Decoded(crate::proto::Task),
+}
+
+impl TaskRead {
+    /// The task itself.
+    pub fn into_task(self) -> Result<crate::proto::Task, StoreError> {
+        use prost::Message as _;
+        match self {
+            TaskRead::Decoded(task) => Ok(task),
+            TaskRead::Encoded(bytes) => crate::proto::Task::decode(bytes)
+                .map_err(|e| StoreError::Internal(format!("stored task does not decode: {e}"))),
+        }
+    }
+
+    /// The size of the task's encoding: what answering with it sends.
+    pub fn encoded_len(&self) -> usize {
+        use prost::Message as _;
+        match self {
+            TaskRead::Decoded(task) => task.encoded_len(),
+            TaskRead::Encoded(bytes) => bytes.len(),
+        }
+    }
+
+    /// The task with its history trimmed to `history` (spec §3.1.3), the
+    /// encoding trimmed as it is.
+    pub fn with_history(
+        self,
+        history: crate::lifecycle::HistoryLength,
+    ) -> Result<Self, StoreError> {
+        use crate::lifecycle::HistoryLength;
+        Ok(match (self, history) {
+            (read, HistoryLength::All) => read,
+            (TaskRead::Encoded(bytes), HistoryLength::Last(n)) => {
+                match super::codec::trim_history(bytes.clone(), n) {
+                    Some(trimmed) => TaskRead::Encoded(trimmed),
+                    None => {
+                        let mut task = TaskRead::Encoded(bytes).into_task()?;
+                        history.apply(&mut task);
+                        TaskRead::Decoded(task)
+                    }
+                }
+            }
+            (TaskRead::Decoded(mut task), history) => {
+                history.apply(&mut task);
+                TaskRead::Decoded(task)
+            }
+        })
+    }
+}
+
 /// Durable home of tasks. Implementations must make a write visible to
 /// every later `get`/`list` once it returns `Ok`: the runtime tells clients
 /// and subscribers about a change only after that.
@@ -82,6 +144,21 @@ pub trait TaskStore: Send + Sync + 'static {
             None => self.get(tenant, task_id).await?,
         };
         Ok(stored.map(|s| s.record.task))
+    }
+
+    /// [`TaskStore::get_task`] as the store keeps the task: a store that
+    /// keeps it encoded may hand out the bytes ([`TaskRead::Encoded`]),
+    /// which must decode to what `get_task` returns. The default decodes.
+    async fn read_task(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Option<TaskRead>, StoreError> {
+        Ok(self
+            .get_task(tenant, task_id, owner)
+            .await?
+            .map(TaskRead::Decoded))
     }
 
     /// Whether `owner` created the task: [`TaskStore::get_owned_by`]

@@ -11,7 +11,7 @@ use a2a_lifecycle::lifecycle::{
     ArtifactUpdate, Cause, Changes, HistoryLength, MAX_TRANSITIONS, StatusUpdate, TaskEvent,
     TaskRecord, TransitionPolicy,
 };
-use a2a_lifecycle::proto::{Artifact, Role, TaskState};
+use a2a_lifecycle::proto::{Artifact, Role, Task, TaskState};
 use a2a_lifecycle::store::{Body, CatchUp, EncodedTask};
 use prost::Message as _;
 
@@ -168,6 +168,11 @@ pub async fn thousands_of_updates_read_back_whole(store: Store) {
             Some(&written.task),
             "{id}: get_task"
         );
+        assert_eq!(
+            read_task(&store, id, HistoryLength::All).await,
+            written.task,
+            "{id}: read_task"
+        );
         // It ends with a whole write, as the runtime ends a task.
         let mut ended = written;
         ended
@@ -190,9 +195,27 @@ pub async fn thousands_of_updates_read_back_whole(store: Store) {
         // Whole again: the task's field alone is read.
         assert_eq!(
             store.get_task(T, id, None).await.expect("get_task"),
-            Some(ended.task),
+            Some(ended.task.clone()),
             "{id}, ended: get_task"
         );
+        // As kept (GetTask over gRPC answers with a store's encoding), and
+        // with the history trimmed in it: what trimming the task gives.
+        for history in [
+            HistoryLength::All,
+            HistoryLength::Last(0),
+            HistoryLength::Last(1),
+            HistoryLength::Last(2),
+            HistoryLength::Last(2_999),
+            HistoryLength::Last(100_000),
+        ] {
+            let mut expected = ended.task.clone();
+            history.apply(&mut expected);
+            assert_eq!(
+                read_task(&store, id, history).await,
+                expected,
+                "{id}, ended: read_task, {history:?}"
+            );
+        }
     }
 }
 
@@ -407,4 +430,18 @@ pub async fn the_transition_log_is_kept_with_the_task(store: Store) {
     let page = list(&store, T, &query()).await;
     assert_eq!(page.tasks.len(), 1);
     assert_eq!(page.tasks[0], stored.record.task);
+}
+
+/// [`TaskStore::read_task`] of a task that exists, its history trimmed to
+/// `history`, decoded.
+async fn read_task(store: &Store, id: &str, history: HistoryLength) -> Task {
+    store
+        .read_task(T, id, None)
+        .await
+        .expect("read_task")
+        .unwrap_or_else(|| panic!("{id}: read_task found nothing"))
+        .with_history(history)
+        .expect("with_history")
+        .into_task()
+        .expect("into_task")
 }

@@ -49,6 +49,19 @@ pub async fn get_owned_finds_only_the_owners_task(store: Store) {
             Ok(None),
             "get_task {tenant}/{id} as {owner:?}"
         );
+        assert_eq!(
+            store.read_task(tenant, id, Some(owner)).await,
+            Ok(None),
+            "read_task {tenant}/{id} as {owner:?}"
+        );
+    }
+    for owner in [Some("alice"), None] {
+        let read = store.read_task(T, "a1", owner).await;
+        let task = read
+            .expect("read_task")
+            .unwrap_or_else(|| panic!("alice's task, read as {owner:?}"))
+            .into_task();
+        assert_eq!(task, Ok(alice.task.clone()), "read_task as {owner:?}");
     }
     assert_eq!(
         store.get_task(T, "a1", Some("alice")).await,
