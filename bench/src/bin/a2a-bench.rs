@@ -74,6 +74,11 @@ mod instructions;
 const GET_TASKS: usize = 1000;
 /// How long fan-out subscribers get to attach before the updates start.
 const FANOUT_WAIT_MS: u64 = 200;
+/// The suite's fan-out subscriber counts.
+const FANOUT_SUBSCRIBERS: [usize; 4] = [1, 64, 256, 2048];
+/// Subscribers per connection in the fan-out rows: the server's default
+/// `--max-streams-per-connection`.
+const STREAMS_PER_CONNECTION: usize = 256;
 /// Fan-out rounds at least, however short `--duration` is: one round of
 /// K=200 is over in about a millisecond, too short to time alone.
 const FANOUT_MIN_ROUNDS: u32 = 5;
@@ -1423,7 +1428,8 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         });
     }
 
-    for n in [1usize, 64, 256] {
+    // Issue 32: none lost up to 2,048 subscribers of one task.
+    for n in FANOUT_SUBSCRIBERS {
         let (mut rates_b, mut rates_t, mut rates_o) = (vec![], vec![], vec![]);
         let (mut r, mut rt) = (vec![], vec![]);
         let (mut lost, mut subs) = (0, 0);
@@ -1432,6 +1438,13 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
                 let mut args = run(server, Workload::Fanout);
                 args.subscribers = n;
                 args.updates = 200;
+                // A server takes MAX_CONCURRENT_STREAMS streams per
+                // connection (h2 refuses the rest): spread the subscribers
+                // as many clients would.
+                args.load.connections = args
+                    .load
+                    .connections
+                    .max(n.div_ceil(STREAMS_PER_CONNECTION));
                 args
             };
             let ob = run_workload(&fanout(&bare)).await?;
