@@ -8,8 +8,10 @@
 //! `get_task`; the integration tests compare the two answers).
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::future::BoxFuture;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::server::{Grpc, NamedService, UnaryService};
@@ -24,14 +26,14 @@ use crate::store::TaskRead;
 /// GetTask's path, which [`A2aGrpcServer`] answers itself.
 const GET_TASK_PATH: &str = "/lf.a2a.v1.A2AService/GetTask";
 
-type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
-
 /// The `lf.a2a.v1.A2AService` server: [`A2aGrpc`] in tonic's generated
 /// server, with GetTask taken first.
+///
+/// Cloned for each call (tonic's router), so what it holds is shared.
 #[derive(Clone)]
 pub struct A2aGrpcServer {
     generated: A2aServiceServer<A2aGrpc>,
-    api: A2aApi,
+    api: Arc<A2aApi>,
 }
 
 impl A2aGrpcServer {
@@ -40,7 +42,7 @@ impl A2aGrpcServer {
             generated: A2aServiceServer::new(A2aGrpc::new(api.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            api,
+            api: Arc::new(api),
         }
     }
 }
@@ -56,7 +58,7 @@ where
 {
     type Response = http::Response<Body>;
     type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -77,11 +79,11 @@ where
     }
 }
 
-struct GetTask(A2aApi);
+struct GetTask(Arc<A2aApi>);
 
 impl UnaryService<GetTaskRequest> for GetTask {
     type Response = TaskRead;
-    type Future = BoxFuture<Result<Response<TaskRead>, Status>>;
+    type Future = BoxFuture<'static, Result<Response<TaskRead>, Status>>;
 
     fn call(&mut self, request: Request<GetTaskRequest>) -> Self::Future {
         let api = self.0.clone();
