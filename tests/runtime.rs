@@ -476,3 +476,60 @@ async fn strict_policy_refuses_agent_transitions_but_never_strands_a_task() {
     assert_eq!(state_of(&canceled), TaskState::Canceled);
     server.stop().await;
 }
+
+/// A new task's answer (spec §3.1.1, §3.2.2 non-blocking) is the task as
+/// created: SUBMITTED, the message alone in its history (with the task's
+/// ids), no artifact, trimmed to the request's history length; its run's
+/// events come after it, though the agent completed in the same write.
+#[tokio::test]
+async fn a_new_tasks_answer_is_the_task_as_created() {
+    let server = misbehaving_server().await;
+    let mut client = server.client().await;
+    for history_length in [None, Some(0), Some(1), Some(5)] {
+        let message = user_message("complete");
+        let mut req = request("", message.clone(), true);
+        req.configuration.as_mut().unwrap().history_length = history_length;
+        let task = within("non-blocking send", send_task(&mut client, req)).await;
+        assert_eq!(state_of(&task), TaskState::Submitted, "{history_length:?}");
+        assert!(task.artifacts.is_empty(), "{history_length:?}");
+        if history_length == Some(0) {
+            assert!(task.history.is_empty(), "{:?}", task.history);
+        } else {
+            assert_eq!(task.history.len(), 1, "{history_length:?}");
+            let sent = &task.history[0];
+            assert_eq!(sent.message_id, message.message_id);
+            assert_eq!(sent.task_id, task.id);
+            assert_eq!(sent.context_id, task.context_id);
+            assert_eq!(sent.parts, message.parts);
+        }
+        // What the store holds moved on.
+        let (_, stored) = within("settled", settled(&mut client, "", &task.id)).await;
+        assert_eq!(state_of(&stored), TaskState::Completed);
+        assert_eq!(stored.history.len(), 1);
+    }
+    // Streamed: the task as created first, then the run's events.
+    let events = within(
+        "stream",
+        collect(
+            client
+                .send_streaming_message(request("", user_message("complete"), false))
+                .await
+                .expect("stream")
+                .into_inner(),
+        ),
+    )
+    .await
+    .expect("events");
+    let Some(Payload::Task(first)) = &events[0].payload else {
+        panic!("first event: {:?}", describe_all(&events));
+    };
+    assert_eq!(state_of(first), TaskState::Submitted);
+    assert_eq!(first.history.len(), 1);
+    assert!(
+        matches!(events.last().and_then(|e| e.payload.as_ref()),
+            Some(Payload::StatusUpdate(u)) if u.status.as_ref().map(|s| s.state) == Some(TaskState::Completed as i32)),
+        "{:?}",
+        describe_all(&events)
+    );
+    server.stop().await;
+}

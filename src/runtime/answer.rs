@@ -17,6 +17,7 @@ use super::origin::{MessageClaim, OriginOutcome};
 use super::{SendOutcome, Shared, TaskHandle, TaskKey, store_error};
 use crate::error::A2aError;
 use crate::lifecycle::HistoryLength;
+use crate::proto::Task;
 use crate::store::StoreError;
 
 /// Where the answer to a new message goes: the request that sent it, and
@@ -49,7 +50,7 @@ impl NewMessageReply {
 }
 
 /// The answer owed to the request that created a task, sent once the
-/// task's first write commits.
+/// task's first write commits. Its handle's snapshot is filled then.
 pub(crate) struct NewTaskAnswer {
     tenant: String,
     handle: Box<TaskHandle>,
@@ -76,16 +77,22 @@ impl NewTaskAnswer {
     }
 
     /// Answers the creating request with the outcome of the task's first
-    /// write; called by the flush that committed (or dropped) it, so no
-    /// task of its own waits for the commit. A create refused as a repeat
-    /// of the same message (idempotent sends) answers with the task that
-    /// message created.
-    pub(crate) fn deliver(self, result: Result<(), &StoreError>, shared: &Arc<Shared>) {
+    /// write: committed, with the task as it was created (the handle's
+    /// snapshot, trimmed to the request's history length); called by the
+    /// flush that committed (or dropped) it, so no task of its own waits
+    /// for the commit. A create refused as a repeat of the same message
+    /// (idempotent sends) answers with the task that message created.
+    pub(crate) fn deliver(self, result: Result<Task, &StoreError>, shared: &Arc<Shared>) {
         let Some(reply) = self.reply else {
             return;
         };
         match result {
-            Ok(()) => reply.send(Ok(SendOutcome::Task(self.handle))),
+            Ok(mut created) => {
+                let mut handle = self.handle;
+                self.history.apply(&mut created);
+                handle.snapshot = created;
+                reply.send(Ok(SendOutcome::Task(handle)))
+            }
             Err(StoreError::DuplicateMessage { task_id }) => {
                 let key = TaskKey {
                     tenant: self.tenant,

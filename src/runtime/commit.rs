@@ -160,6 +160,7 @@ impl LiveTask {
         count: usize,
         changes: Changes,
     ) {
+        let created = loaded.version == 0;
         loaded.version = version;
         match &write.body {
             Body::Whole(record) => {
@@ -171,6 +172,24 @@ impl LiveTask {
         }
         if !write.outbox.is_empty() {
             shared.outbox.notify_one();
+        }
+        // The write created the task: the creating request is answered
+        // with the task as created (SUBMITTED, spec §3.1.1), which the
+        // committed copy held until now. When the write stored everything
+        // accepted, the working copy is the committed one from now on, and
+        // that copy becomes the answer as it is instead of being copied
+        // for it and brought up to date (issue 32).
+        let mut created_task = None;
+        if created {
+            created_task = match loaded.committed.take() {
+                Some(copy) if count == loaded.pending.len() => Some(copy.task),
+                Some(copy) => {
+                    let task = copy.task.clone();
+                    loaded.committed = Some(copy);
+                    Some(task)
+                }
+                None => None,
+            };
         }
         // The committed copy takes the write's changes (present while
         // events were pending).
@@ -198,7 +217,12 @@ impl LiveTask {
                 let _ = n.send(Ok(()));
             }
             if let Some(answer) = p.answer {
-                answer.deliver(Ok(()), shared);
+                // Not expected: an answer travels with an event of the
+                // creating write. The task as now committed then.
+                let task = created_task
+                    .take()
+                    .unwrap_or_else(|| loaded.task().into_owned());
+                answer.deliver(Ok(task), shared);
             }
             if let Some(seq) = p.follow_up {
                 follow_ups = true;

@@ -480,6 +480,21 @@ impl LiveTask {
         subscribe: bool,
         run: Option<u64>,
     ) -> TaskHandle {
+        let snapshot = task_view(&loaded.task(), history, true);
+        self.handle_of(loaded, snapshot, history, subscribe, run)
+    }
+
+    /// [`LiveTask::handle`] with the snapshot given: the default task for a
+    /// handle whose snapshot is filled once its task is created
+    /// ([`super::answer::NewTaskAnswer`]).
+    pub(crate) fn handle_of(
+        self: &Arc<Self>,
+        loaded: &mut Loaded,
+        snapshot: Task,
+        history: HistoryLength,
+        subscribe: bool,
+        run: Option<u64>,
+    ) -> TaskHandle {
         let events = subscribe.then(|| self.subscribe_locked(loaded));
         let (run, idle) = {
             let runs = self.runs();
@@ -488,7 +503,7 @@ impl LiveTask {
         let run_started = self.status_from_run(run);
         TaskHandle {
             live: self.clone(),
-            snapshot: task_view(&loaded.task(), history, true),
+            snapshot,
             events,
             baseline: *self.progress.borrow(),
             history,

@@ -276,8 +276,11 @@ impl RunSink {
         // A new id: no other run, no queue.
         live.begin_first_run(self.inner.cancel.clone());
         let mut state = live.install(Loaded::uncreated(record)).await;
-        let handle = live.handle(
+        // The snapshot is the task as created, taken when its first write
+        // commits (`LiveTask::committed`): no copy of it here.
+        let handle = live.handle_of(
             state.as_mut().expect("installed"),
+            crate::proto::Task::default(),
             history,
             subscribe,
             Some(1),
