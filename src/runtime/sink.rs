@@ -161,7 +161,10 @@ impl RunSink {
     async fn emit_as(&self, event: TaskEvent, author: Author) -> Result<(), SinkError> {
         let mut mode = self.inner.mode.lock().await;
         let live = match &mut *mode {
-            SinkMode::BeforeFirstEvent { .. } => self.create_task(&mut mode).await,
+            // Boxed: once per task, where every event's future would
+            // otherwise carry its state (several kilobytes, copied as the
+            // boxed emit is made).
+            SinkMode::BeforeFirstEvent { .. } => Box::pin(self.create_task(&mut mode)).await,
             SinkMode::Live { live, .. } => live.clone(),
             SinkMode::Replied => return Err(SinkError::AlreadyReplied),
             SinkMode::Done => return Err(SinkError::RunEnded),
