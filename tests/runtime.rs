@@ -505,7 +505,12 @@ async fn a_new_tasks_answer_is_the_task_as_created() {
         // What the store holds moved on.
         let (_, stored) = within("settled", settled(&mut client, "", &task.id)).await;
         assert_eq!(state_of(&stored), TaskState::Completed);
+        // GetTask over gRPC answers with the stored bytes: the history
+        // message keeps the ids a compact record leaves out.
         assert_eq!(stored.history.len(), 1);
+        assert_eq!(stored.history[0].task_id, task.id);
+        assert_eq!(stored.history[0].context_id, task.context_id);
+        assert_eq!(stored.history[0].message_id, message.message_id);
     }
     // Streamed: the task as created first, then the run's events.
     let events = within(

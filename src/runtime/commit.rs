@@ -114,7 +114,14 @@ impl LiveTask {
             || loaded.record.state().is_terminal()
             || loaded.changes_bytes + changed >= loaded.whole_bytes.max(MIN_CHANGES_BEFORE_WHOLE);
         let body = if whole {
-            Body::Whole(crate::store::codec::encode(&loaded.record).into())
+            Body::Whole(
+                if shared.compact_records {
+                    crate::store::codec::encode_compact(&loaded.record)
+                } else {
+                    crate::store::codec::encode(&loaded.record)
+                }
+                .into(),
+            )
         } else {
             Body::Changes(changes.encode_to_vec().into())
         };

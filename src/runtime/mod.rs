@@ -209,6 +209,8 @@ pub(crate) struct Shared {
     pub(crate) outbox: Arc<tokio::sync::Notify>,
     /// The store takes writes of changes ([`TaskStore::keeps_changes`]).
     pub(crate) keeps_changes: bool,
+    /// Whole records are written compact ([`TaskStore::compact_records`]).
+    pub(crate) compact_records: bool,
     /// The `agent` label of each served tenant's tasks (its card's name),
     /// made once: metrics label tasks by agent, never by free text.
     agent_labels: HashMap<String, Arc<str>, foldhash::fast::RandomState>,
@@ -404,6 +406,7 @@ impl TaskManager {
                 shutdown,
                 outbox: Arc::new(tokio::sync::Notify::new()),
                 keeps_changes: store.keeps_changes(),
+                compact_records: store.compact_records(),
                 store,
             }),
         }

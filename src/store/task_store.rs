@@ -180,6 +180,16 @@ pub trait TaskStore: Send + Sync + 'static {
         }
     }
 
+    /// Whether the store takes records without what repeats another
+    /// field ([`codec::encode_compact`](super::codec::encode_compact)):
+    /// only a store no other binary reads or writes (the memory store).
+    /// A durable store gets every field, so an older binary sharing it (a
+    /// replica in a rolling upgrade) or reading it after a downgrade reads
+    /// and rewrites its records intact.
+    fn compact_records(&self) -> bool {
+        false
+    }
+
     /// Whether the store takes writes of changes ([`Body::Changes`](super::Body::Changes));
     /// otherwise every write it gets is whole.
     fn keeps_changes(&self) -> bool {

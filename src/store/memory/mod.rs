@@ -2,157 +2,49 @@
 //!
 //! A `std::sync::RwLock` guards the map because no critical section awaits
 //! and each is short (an encode, a decode or an index update); an async
-//! lock would cost more for nothing. Each tenant keeps its tasks by id plus
-//! an ordered index on (status timestamp descending, id) so ListTasks pages
-//! walk the index from the cursor instead of sorting.
+//! lock would cost more for nothing.
 //!
 //! A task is kept encoded (the SQL backends' protobuf form, [`codec`]), with
 //! beside it only what lookups and filters read (state, context, status
 //! time). The decoded proto types are several times larger than their
 //! encoding, and a store of many finished tasks is mostly that encoding:
 //! encoded, a small completed task costs a few hundred bytes instead of
-//! about two kilobytes. Ids are shared (`Arc<str>`) between the maps.
+//! about two kilobytes.
+//!
+//! What is kept beside the record is laid out for a store of many small
+//! tasks, whose indexes would otherwise cost more than the tasks (a2a-bench
+//! create-many: 818 bytes of store per task before, of which 384 the
+//! record). Each tenant keeps its tasks in a slab ([`Entry`]s by slot), and
+//! the indexes hold 4-byte slots instead of ids:
+//! - by id and by idempotency key, hash tables of slots, each hashed by
+//!   what the slot's entry holds (its id; a keyed hash of its creating
+//!   message's key, the key itself read back from the record on a match);
+//! - the ListTasks order ([`Order`]), newest status first, ties by id,
+//!   keyed by a packed 12-byte time, so that the cursor's walk reads the
+//!   index instead of sorting.
+//!
+//! Ids and context ids that are canonical lowercase UUIDs (what this server
+//! mints) are kept as their 16 bytes, others as text ([`Id`]); both give
+//! back the exact string.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
-use std::ops::Bound;
+use std::collections::HashMap;
 use std::sync::RwLock;
 
 use crate::wkt::Timestamp;
 use async_trait::async_trait;
 
-use std::sync::Arc;
-
 use super::{
     Body, Cursor, Delivery, EncodedTask, ListQuery, Outbox, Owner, OwnerFilter, StoreError,
-    StoredTask, TaskPage, TaskRead, TaskStore, TimeKey, codec, origin_key, origin_of, time_key,
+    StoredTask, TaskPage, TaskRead, TaskStore, origin_key, time_key,
 };
-use crate::lifecycle::TaskRecord;
 use crate::lifecycle::history::task_view;
 use crate::lifecycle::state_from_i32;
 
-type OrderKey = (Reverse<TimeKey>, Arc<str>);
+mod ids;
+mod tasks;
 
-/// The map of task ids, which this server mints (UUIDv7): foldhash instead
-/// of SipHash, which cost about 3% of the server's CPU per request (perf).
-/// Maps keyed by what clients choose (message ids) keep SipHash, whose
-/// resistance to crafted collisions foldhash does not promise.
-type FoldMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// One stored task.
-struct Entry {
-    /// The record as of its last whole write, encoded by
-    /// [`codec::encode`].
-    record: Arc<[u8]>,
-    /// The changes of each write since ([`Body::Changes`]), in order:
-    /// appended, so a long task's update costs what it changed (none once
-    /// a whole write replaced them).
-    changes: Vec<Arc<[u8]>>,
-    version: u64,
-    state: i32,
-    status: TimeKey,
-    context_id: Box<str>,
-    /// [`EncodedTask::owner`]: none (no allocation) for most stores.
-    owner: Option<Owner>,
-}
-
-impl Entry {
-    /// The entry of a created task: the write is whole.
-    fn new(task: &EncodedTask, version: u64) -> Result<Self, StoreError> {
-        let Body::Whole(record) = &task.body else {
-            return Err(StoreError::Internal(
-                "a task is created by a whole record, not changes".into(),
-            ));
-        };
-        Ok(Entry {
-            record: record.clone(),
-            changes: Vec::new(),
-            version,
-            state: task.state as i32,
-            status: task.status,
-            context_id: task.context_id.as_str().into(),
-            owner: Owner::new(&task.owner),
-        })
-    }
-
-    /// What a read copies out under the lock: the record's parts.
-    fn parts(&self) -> (Arc<[u8]>, Vec<Arc<[u8]>>) {
-        (self.record.clone(), self.changes.clone())
-    }
-
-    fn stored(&self) -> Result<StoredTask, StoreError> {
-        Ok(StoredTask {
-            record: decode(&self.parts())?,
-            version: self.version,
-        })
-    }
-
-    /// The task alone ([`TaskStore::get_task`]).
-    fn task(&self) -> Result<crate::proto::Task, StoreError> {
-        codec::decode_task(&self.record, self.changes.iter().map(|c| &c[..]))
-    }
-
-    /// The task as kept ([`TaskStore::read_task`]): a task at rest (no
-    /// changes after its whole record) is handed out as its encoding, a
-    /// slice of the record shared, not copied.
-    fn read(&self) -> Result<TaskRead, StoreError> {
-        match codec::task_span(&self.record) {
-            Some(span) if self.changes.is_empty() => Ok(TaskRead::Encoded(
-                bytes::Bytes::from_owner(self.record.clone()).slice(span),
-            )),
-            _ => self.task().map(TaskRead::Decoded),
-        }
-    }
-
-    /// The stored size: the whole record and the changes after it.
-    fn size(&self) -> usize {
-        self.record.len() + self.changes.iter().map(|c| c.len()).sum::<usize>()
-    }
-}
-
-/// The record of an entry's parts ([`Entry::parts`]).
-fn decode((record, changes): &(Arc<[u8]>, Vec<Arc<[u8]>>)) -> Result<TaskRecord, StoreError> {
-    codec::decode_with_changes(record, changes.iter().map(|c| &c[..]))
-}
-
-#[derive(Default)]
-struct TenantTasks {
-    by_id: FoldMap<Arc<str>, Entry>,
-    order: BTreeSet<OrderKey>,
-    /// `order` per owner (owned tasks only): a user's ListTasks reads and
-    /// counts its own tasks, not the tenant's (as SQLite's
-    /// `tasks_by_owner`), so listing costs a principal with few tasks little
-    /// however many the others have.
-    by_owner: FoldMap<Owner, BTreeSet<OrderKey>>,
-    /// Idempotency key ([`super::origin_key`]) -> task id.
-    by_origin: HashMap<Box<[u8]>, Arc<str>>,
-}
-
-impl TenantTasks {
-    /// Puts `key` in the orders (the tenant's, and its owner's).
-    fn index(&mut self, key: OrderKey, owner: Option<&Owner>) {
-        if let Some(owner) = owner {
-            self.by_owner
-                .entry(owner.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        self.order.insert(key);
-    }
-
-    /// Takes `key` out of the orders.
-    fn unindex(&mut self, key: &OrderKey, owner: Option<&Owner>) {
-        self.order.remove(key);
-        if let Some(owner) = owner
-            && let Some(owned) = self.by_owner.get_mut(owner)
-        {
-            owned.remove(key);
-            if owned.is_empty() {
-                self.by_owner.remove(owner);
-            }
-        }
-    }
-}
+use ids::{Id, IdRef};
+use tasks::{Entry, NO_ORIGIN, Order, TenantTasks, decode, entry};
 
 /// Tasks in process memory; lost on exit.
 #[derive(Default)]
@@ -162,6 +54,9 @@ pub struct MemoryStore {
     /// when a task write adds to it, so an entry is never seen before the
     /// write that made it.
     outbox: std::sync::Mutex<OutboxQueue>,
+    /// Every idempotency key hashes the same ([`TenantTasks::colliding`]).
+    #[cfg(test)]
+    colliding: bool,
 }
 
 #[derive(Default)]
@@ -213,8 +108,8 @@ impl MemoryStore {
         let tenants = self.tenants.read().map_err(poisoned)?;
         tenants
             .get(tenant)
-            .and_then(|t| t.by_id.get(task_id))
-            .filter(|e| owner.is_none_or(|owner| e.owner.as_ref() == Some(owner)))
+            .and_then(|t| t.get(task_id))
+            .filter(|e| owner.is_none_or(|owner| e.owner() == Some(owner)))
             .map(read)
             .transpose()
     }
@@ -230,26 +125,35 @@ impl TaskStore for MemoryStore {
         true
     }
 
+    /// Nothing outside this process reads these records.
+    fn compact_records(&self) -> bool {
+        true
+    }
+
     async fn create_encoded(&self, tenant: &str, task: &EncodedTask) -> Result<u64, StoreError> {
-        let entry = Entry::new(task, 1)?;
         let origin = task.origin.as_slice();
         let mut tenants = self.tenants.write().map_err(poisoned)?;
-        let tasks = tenants.entry(tenant.to_owned()).or_default();
+        let tasks = tenants.entry(tenant.to_owned()).or_insert_with(|| {
+            TenantTasks::new(
+                #[cfg(test)]
+                self.colliding,
+            )
+        });
         let id: &str = &task.id;
-        if tasks.by_id.contains_key(id) {
+        if tasks.slot_of(id).is_some() {
             return Err(StoreError::AlreadyExists(id.to_owned()));
         }
-        let id: Arc<str> = id.into();
-        if !origin.is_empty() {
-            if let Some(existing) = tasks.by_origin.get(origin) {
+        let origin_hash = if origin.is_empty() {
+            NO_ORIGIN
+        } else {
+            if let Some((_, existing)) = tasks.find_origin(origin)? {
                 return Err(StoreError::DuplicateMessage {
-                    task_id: existing.to_string(),
+                    task_id: existing.record.task.id,
                 });
             }
-            tasks.by_origin.insert(origin.into(), id.clone());
-        }
-        tasks.index((Reverse(entry.status), id.clone()), entry.owner.as_ref());
-        tasks.by_id.insert(id, entry);
+            tasks.origin_hash(origin)
+        };
+        tasks.add(Entry::new(task, 1, origin_hash)?);
         if !task.outbox.is_empty() {
             self.outbox.lock().map_err(poisoned)?.add(tenant, task);
         }
@@ -306,8 +210,8 @@ impl TaskStore for MemoryStore {
         let tenants = self.tenants.read().map_err(poisoned)?;
         Ok(tenants
             .get(tenant)
-            .and_then(|t| t.by_id.get(task_id))
-            .is_some_and(|e| e.owner.as_ref() == Some(owner)))
+            .and_then(|t| t.get(task_id))
+            .is_some_and(|e| e.owner() == Some(owner)))
     }
 
     async fn find_by_origin(
@@ -318,11 +222,10 @@ impl TaskStore for MemoryStore {
     ) -> Result<Option<StoredTask>, StoreError> {
         let key = origin_key(owner, message_id);
         let tenants = self.tenants.read().map_err(poisoned)?;
-        tenants
-            .get(tenant)
-            .and_then(|t| t.by_id.get(t.by_origin.get(key.as_slice())?))
-            .map(Entry::stored)
-            .transpose()
+        let Some(tasks) = tenants.get(tenant) else {
+            return Ok(None);
+        };
+        Ok(tasks.find_origin(&key)?.map(|(_, stored)| stored))
     }
 
     async fn update_encoded(
@@ -336,11 +239,14 @@ impl TaskStore for MemoryStore {
         let tasks = tenants
             .get_mut(tenant)
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-        let key = match tasks.by_id.get_key_value(id.as_str()) {
-            Some((key, _)) => key.clone(),
-            None => return Err(StoreError::NotFound(id.clone())),
-        };
-        let stored = tasks.by_id.get_mut(&key).expect("key just found");
+        let slot = tasks
+            .slot_of(id)
+            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        let stored = tasks
+            .slots
+            .cell(slot)
+            .as_mut()
+            .expect("an indexed slot is filled");
         if stored.version != expected_version {
             return Err(StoreError::Conflict {
                 id: id.clone(),
@@ -352,22 +258,22 @@ impl TaskStore for MemoryStore {
         match &task.body {
             Body::Whole(record) => {
                 stored.record = record.clone();
-                stored.changes = Vec::new();
+                stored.changes = None;
             }
-            Body::Changes(changes) => stored.changes.push(changes.clone()),
+            Body::Changes(changes) => stored.changes.get_or_insert_default().push(changes.clone()),
         }
         stored.state = task.state as i32;
-        let (old, new) = (stored.status, task.status);
-        stored.status = new;
-        if *stored.context_id != *task.context_id {
-            stored.context_id = task.context_id.as_str().into();
+        let (old, new) = (stored.status(), task.status);
+        (stored.seconds, stored.nanos) = new;
+        if stored.context_id.as_ref() != IdRef::of(&task.context_id) {
+            stored.context_id = Id::new(&task.context_id);
         }
         let version = stored.version;
         if old != new {
             // A task's owner never changes.
-            let owner = stored.owner.clone();
-            tasks.unindex(&(Reverse(old), key.clone()), owner.as_ref());
-            tasks.index((Reverse(new), key), owner.as_ref());
+            let owner = stored.owner().cloned();
+            tasks.unindex(old, slot, owner.as_ref());
+            tasks.index(new, slot, owner.as_ref());
         }
         if !task.outbox.is_empty() {
             self.outbox.lock().map_err(poisoned)?.add(tenant, task);
@@ -380,67 +286,63 @@ impl TaskStore for MemoryStore {
         let Some(tasks) = tenants.get(tenant) else {
             return Ok(TaskPage::default());
         };
+        let slots = &tasks.slots;
         let after = query.status_after.as_ref().map(time_key);
-        let matches = |key: &OrderKey| -> Option<&Entry> {
-            let entry = tasks.by_id.get(&key.1)?;
+        let context = query.context_id.as_deref().map(IdRef::of);
+        let matches = |slot: u32| -> Option<&Entry> {
+            let entry = entry(slots, slot);
             let state_ok = query.state.is_none_or(|s| entry.state == s as i32);
-            let context_ok = query
-                .context_id
-                .as_deref()
-                .is_none_or(|c| &*entry.context_id == c);
+            let context_ok = context.is_none_or(|c| entry.context_id.as_ref() == c);
             let owner_ok = query
                 .owner
                 .as_ref()
-                .is_none_or(|o| o.owner().is_some_and(|o| entry.owner.as_ref() == Some(o)));
+                .is_none_or(|o| o.owner().is_some_and(|o| entry.owner() == Some(o)));
             (state_ok && context_ok && owner_ok).then_some(entry)
         };
         // The index is sorted newest first, so the timestamp filter is a
         // prefix of it.
-        let in_window = |key: &&OrderKey| after.is_none_or(|a| key.0.0 >= a);
+        let in_window = |slot: &u32| after.is_none_or(|a| entry(slots, *slot).status() >= a);
         // A user's list reads its own order.
-        let empty = BTreeSet::new();
+        let empty = Order::default();
         let order = match query.owner.as_ref().map(OwnerFilter::owner) {
             Some(owner) => owner.and_then(|o| tasks.by_owner.get(o)).unwrap_or(&empty),
             None => &tasks.order,
         };
 
         let total_size = order
-            .iter()
+            .walk(slots, None)
             .take_while(in_window)
-            .filter(|k| matches(k).is_some())
+            .filter(|s| matches(*s).is_some())
             .count();
 
-        let start = match &query.cursor {
-            Some(c) => Bound::Excluded((Reverse(c.status), Arc::from(c.task_id.as_str()))),
-            None => Bound::Unbounded,
-        };
+        let cursor = query
+            .cursor
+            .as_ref()
+            .map(|c| (c.status, IdRef::of(&c.task_id)));
         let page_size = query.effective_page_size();
-        let mut page: Vec<&OrderKey> = Vec::with_capacity(page_size.min(total_size));
+        let mut page: Vec<&Entry> = Vec::with_capacity(page_size.min(total_size));
         let mut next = None;
         // Stopped at the byte budget before any record is decoded.
         let mut bytes = 0usize;
-        for key in order.range((start, Bound::Unbounded)).take_while(in_window) {
-            let Some(entry) = matches(key) else {
+        for slot in order.walk(slots, cursor).take_while(in_window) {
+            let Some(entry) = matches(slot) else {
                 continue;
             };
             bytes = bytes.saturating_add(entry.size());
             if page.len() == page_size || (!page.is_empty() && bytes > super::MAX_PAGE_BYTES) {
                 let last = page.last().expect("page_size >= 1");
                 next = Some(Cursor {
-                    status: last.0.0,
-                    task_id: last.1.to_string(),
+                    status: last.status(),
+                    task_id: last.id.as_ref().to_string(),
                 });
                 break;
             }
-            page.push(key);
+            page.push(entry);
         }
         // The records are shared: taken out, and decoded once the lock is
         // given back, so writers do not wait while a page of big tasks is
         // decoded and copied.
-        let records: Vec<_> = page
-            .into_iter()
-            .map(|key| tasks.by_id[&key.1].parts())
-            .collect();
+        let records: Vec<_> = page.into_iter().map(Entry::parts).collect();
         drop(tenants);
         let mut views = Vec::with_capacity(records.len());
         for parts in records {
@@ -462,7 +364,7 @@ impl TaskStore for MemoryStore {
         let tenants = self.tenants.read().map_err(poisoned)?;
         let mut active = Vec::new();
         for (tenant, tasks) in tenants.iter() {
-            for entry in tasks.by_id.values() {
+            for entry in tasks.entries() {
                 if state_from_i32(entry.state).is_ok_and(|s| s.is_active()) {
                     active.push((tenant.clone(), entry.stored()?));
                 }
@@ -475,7 +377,7 @@ impl TaskStore for MemoryStore {
         let tenants = self.tenants.read().map_err(poisoned)?;
         let mut counts: HashMap<crate::proto::TaskState, u64> = HashMap::new();
         for tasks in tenants.values() {
-            for entry in tasks.by_id.values() {
+            for entry in tasks.entries() {
                 if let Ok(state) = state_from_i32(entry.state)
                     && !state.is_terminal()
                 {
@@ -494,10 +396,9 @@ impl TaskStore for MemoryStore {
         let tenants = self.tenants.read().map_err(poisoned)?;
         Ok(tenants
             .values()
-            .flat_map(|t| t.by_id.values())
+            .flat_map(|t| t.entries())
             .filter(|e| {
-                e.owner.as_ref() == Some(owner)
-                    && state_from_i32(e.state).is_ok_and(|s| !s.is_terminal())
+                e.owner() == Some(owner) && state_from_i32(e.state).is_ok_and(|s| !s.is_terminal())
             })
             .take(at_most)
             .count())
@@ -512,15 +413,15 @@ impl TaskStore for MemoryStore {
         let tenants = self.tenants.read().map_err(poisoned)?;
         let mut waiting: Vec<super::Waiting> = tenants
             .iter()
-            .flat_map(|(tenant, t)| t.by_id.iter().map(move |(id, e)| (tenant, id, e)))
-            .filter(|(_, _, e)| {
-                e.status < before && state_from_i32(e.state).is_ok_and(|s| s.is_interrupted())
+            .flat_map(|(tenant, t)| t.entries().map(move |e| (tenant, e)))
+            .filter(|(_, e)| {
+                e.status() < before && state_from_i32(e.state).is_ok_and(|s| s.is_interrupted())
             })
-            .map(|(tenant, id, e)| super::Waiting {
+            .map(|(tenant, e)| super::Waiting {
                 tenant: tenant.clone(),
-                task_id: id.to_string(),
-                owner: e.owner.as_ref().map_or("", Owner::as_str).to_owned(),
-                since: e.status,
+                task_id: e.id.as_ref().to_string(),
+                owner: e.owner().map_or("", Owner::as_str).to_owned(),
+                since: e.status(),
             })
             .collect();
         waiting.sort_by_key(|w| w.since);
@@ -533,29 +434,23 @@ impl TaskStore for MemoryStore {
         let mut tenants = self.tenants.write().map_err(poisoned)?;
         let mut purged = 0;
         for tasks in tenants.values_mut() {
-            let expired: Vec<Arc<str>> = tasks
-                .by_id
+            let expired: Vec<u32> = tasks
+                .slots
                 .iter()
                 .filter(|(_, e)| {
-                    state_from_i32(e.state).is_ok_and(|s| s.is_terminal()) && e.status < before
+                    state_from_i32(e.state).is_ok_and(|s| s.is_terminal()) && e.status() < before
                 })
-                .map(|(id, _)| id.clone())
+                .map(|(slot, _)| slot)
                 .collect();
-            for id in expired {
-                if let Some(entry) = tasks.by_id.remove(&id) {
-                    tasks.unindex(&(Reverse(entry.status), id), entry.owner.as_ref());
-                    // The creating message is read back from the record
-                    // (purges are rare; an index field would cost every task).
-                    let record = decode(&entry.parts())?;
-                    let origin = origin_of(&record);
-                    if !origin.is_empty() {
-                        tasks.by_origin.remove(origin.as_slice());
-                    }
+            for slot in expired {
+                // The idempotency key goes with the entry (its index is by
+                // slot).
+                if tasks.remove(slot).is_some() {
                     purged += 1;
                 }
             }
         }
-        tenants.retain(|_, t| !t.by_id.is_empty());
+        tenants.retain(|_, t| t.entries().next().is_some());
         Ok(purged)
     }
 
@@ -592,5 +487,165 @@ impl Outbox for MemoryStore {
             entry.not_before_ms = not_before_ms;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ids::Time;
+    use super::*;
+    use crate::lifecycle::TaskRecord;
+    use crate::proto::{Message, Role, TaskState};
+
+    fn record(id: &str, context_id: &str, message_id: &str, seconds: i64) -> TaskRecord {
+        let message = Message {
+            message_id: message_id.into(),
+            role: Role::User as i32,
+            ..Default::default()
+        };
+        let at = Timestamp { seconds, nanos: 0 };
+        let mut record = TaskRecord::submitted(id.into(), context_id.into(), message, at);
+        record.task.status.as_mut().unwrap().state = TaskState::Completed as i32;
+        record
+    }
+
+    /// Two messages whose idempotency keys hash the same each find their
+    /// own task, a repeat of either is refused naming its task, and a
+    /// purge forgets only the purged task's key.
+    #[tokio::test]
+    async fn colliding_idempotency_keys_find_each_its_own_task() {
+        let store = MemoryStore {
+            colliding: true,
+            ..Default::default()
+        };
+        let first = record("t1", "c", "m1", 1);
+        let second = record("t2", "c", "m2", 100);
+        store.create("", &first).await.unwrap();
+        store.create("", &second).await.unwrap();
+        let found = |m: &'static str| {
+            let store = &store;
+            async move {
+                store
+                    .find_by_origin("", "", m)
+                    .await
+                    .unwrap()
+                    .map(|s| s.record.task.id)
+            }
+        };
+        assert_eq!(found("m1").await.as_deref(), Some("t1"));
+        assert_eq!(found("m2").await.as_deref(), Some("t2"));
+        assert_eq!(found("m3").await, None);
+        match store.create("", &record("t3", "c", "m2", 2)).await {
+            Err(StoreError::DuplicateMessage { task_id }) => assert_eq!(task_id, "t2"),
+            other => panic!("expected DuplicateMessage, got {other:?}"),
+        }
+        store.create("", &record("t3", "c", "m3", 3)).await.unwrap();
+        let purged = store
+            .purge_terminal_before(&Timestamp {
+                seconds: 50,
+                nanos: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(purged, 2, "t1 and t3");
+        assert_eq!(found("m1").await, None);
+        assert_eq!(found("m3").await, None);
+        assert_eq!(found("m2").await.as_deref(), Some("t2"));
+        store.create("", &record("t4", "c", "m1", 4)).await.unwrap();
+        assert_eq!(found("m1").await.as_deref(), Some("t4"));
+    }
+
+    /// Ids and context ids read back as they were written, UUID or not,
+    /// whatever their case; ties in time list by the ids' bytes, across
+    /// both forms, and a walk by cursor visits each once.
+    #[tokio::test]
+    async fn ids_read_back_exactly_and_ties_list_by_their_bytes() {
+        let store = MemoryStore::new();
+        let ids = [
+            "0190a5e8-7c3b-7def-8a12-3456789abcde",
+            "0190A5E8-7C3B-7DEF-8A12-3456789ABCDE",
+            "0190a5e8-7c3b-7def-8a12-3456789abcdf",
+            "{0190a5e8-7c3b-7def-8a12-3456789abcde}",
+            "0190a5e87c3b7def8a123456789abcde",
+            "task-1",
+            "ffffffff-ffff-ffff-ffff-ffffffffffff",
+            "00000000-0000-0000-0000-000000000000",
+            "0190a5e8-7c3b-7def-8a12-3456789abcd",
+            "é-ünïcode",
+            "",
+        ];
+        for (i, id) in ids.iter().enumerate() {
+            // Each task's context id is another of the ids.
+            let context = ids[(i + 1) % ids.len()];
+            store
+                .create("", &record(id, context, &format!("m{i}"), 9))
+                .await
+                .unwrap();
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let stored = store.get("", id).await.unwrap().expect("stored");
+            assert_eq!(stored.record.task.id, *id);
+            assert_eq!(stored.record.task.context_id, ids[(i + 1) % ids.len()]);
+            assert_eq!(store.get_task("", id, None).await.unwrap().unwrap().id, *id);
+            let query = ListQuery {
+                context_id: Some(ids[(i + 1) % ids.len()].into()),
+                ..Default::default()
+            };
+            let page = store.list("", &query).await.unwrap();
+            assert_eq!(ids_of(&page), [*id], "context {:?}", query.context_id);
+        }
+        let mut sorted = ids.to_vec();
+        sorted.sort();
+        let page = store.list("", &ListQuery::default()).await.unwrap();
+        assert_eq!(ids_of(&page), sorted);
+        let mut walked = Vec::new();
+        let mut cursor = None;
+        loop {
+            let query = ListQuery {
+                page_size: 2,
+                cursor: cursor.take(),
+                ..Default::default()
+            };
+            let page = store.list("", &query).await.unwrap();
+            walked.extend(ids_of(&page).into_iter().map(str::to_owned));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(walked, sorted);
+        // Out of the tie and back: the order follows.
+        let mut moved = store.get("", ids[5]).await.unwrap().unwrap();
+        moved.record.task.status.as_mut().unwrap().timestamp = Some(Timestamp {
+            seconds: 10,
+            nanos: 0,
+        });
+        store.update("", &moved.record, 1).await.unwrap();
+        let page = store.list("", &ListQuery::default()).await.unwrap();
+        assert_eq!(ids_of(&page)[0], ids[5]);
+        assert_eq!(page.tasks.len(), ids.len());
+    }
+
+    fn ids_of(page: &TaskPage) -> Vec<&str> {
+        page.tasks.iter().map(|t| t.id.as_str()).collect()
+    }
+
+    #[test]
+    fn only_canonical_lowercase_uuids_are_packed() {
+        let uuid = "0190a5e8-7c3b-7def-8a12-3456789abcde";
+        assert!(matches!(Id::new(uuid), Id::Uuid(_)));
+        assert_eq!(Id::new(uuid).as_ref().to_string(), uuid);
+        for text in [
+            "0190A5E8-7C3B-7DEF-8A12-3456789ABCDE",
+            "0190a5e8-7c3b-7def-8a12-3456789abcdg",
+            "0190a5e8x7c3b-7def-8a12-3456789abcde",
+            "0190a5e87c3b7def8a123456789abcde",
+        ] {
+            assert_eq!(Id::new(text), Id::Text(text.into()));
+            assert_eq!(Id::new(text).as_ref().to_string(), text);
+        }
+        assert!(Time::new((-1, 999_999_999)) < Time::new((0, 0)));
+        assert!(Time::new((0, -1)) < Time::new((0, 0)));
+        assert!(Time::new((i64::MIN, i32::MIN)) < Time::new((i64::MAX, i32::MAX)));
     }
 }
