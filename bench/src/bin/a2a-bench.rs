@@ -1504,8 +1504,8 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
         unit: "bytes RSS/task",
         ratio: f64::NAN,
         ratio_tuned: f64::NAN,
-        target: "<= 800 B".into(),
-        ok: per_task <= 800.0,
+        target: "<= 600 B".into(),
+        ok: per_task <= 600.0,
         extra: format!("{:.0} tasks/s", created.rate()),
     });
     json.push(format!(
