@@ -25,7 +25,8 @@ pub(super) type FoldMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// One stored task.
 pub(super) struct Entry {
     /// The record as of its last whole write, encoded by
-    /// [`codec::encode`].
+    /// [`codec::encode_compact`] (the runtime's writes to this store,
+    /// [`crate::store::TaskStore::compact_records`]) or [`codec::encode`].
     pub(super) record: Arc<[u8]>,
     /// The changes of each write since ([`Body::Changes`]), in order:
     /// appended, so a long task's update costs what it changed (none once
