@@ -98,6 +98,22 @@ impl MemoryStore {
     /// `read` of a task's entry, if it exists and, given an `owner`, that
     /// principal created it: the one lookup behind `get`, `get_owned_by`
     /// and `get_task`.
+    /// [`MemoryStore::read_entry`] for an owner given by name; the empty
+    /// name owns nothing (`TaskStore::get_owned`).
+    fn read_named<T>(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        owner: Option<&str>,
+        read: impl FnOnce(&Entry) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        match owner.map(Owner::new) {
+            Some(None) => Ok(None),
+            Some(Some(owner)) => self.read_entry(tenant, task_id, Some(&owner), read),
+            None => self.read_entry(tenant, task_id, None, read),
+        }
+    }
+
     fn read_entry<T>(
         &self,
         tenant: &str,
@@ -170,12 +186,7 @@ impl TaskStore for MemoryStore {
         task_id: &str,
         owner: Option<&str>,
     ) -> Result<Option<crate::proto::Task>, StoreError> {
-        match owner.map(Owner::new) {
-            // The empty name owns nothing (`TaskStore::get_owned`).
-            Some(None) => Ok(None),
-            Some(Some(owner)) => self.read_entry(tenant, task_id, Some(&owner), Entry::task),
-            None => self.read_entry(tenant, task_id, None, Entry::task),
-        }
+        self.read_named(tenant, task_id, owner, Entry::task)
     }
 
     async fn read_task(
@@ -184,12 +195,7 @@ impl TaskStore for MemoryStore {
         task_id: &str,
         owner: Option<&str>,
     ) -> Result<Option<TaskRead>, StoreError> {
-        match owner.map(Owner::new) {
-            // The empty name owns nothing (`TaskStore::get_owned`).
-            Some(None) => Ok(None),
-            Some(Some(owner)) => self.read_entry(tenant, task_id, Some(&owner), Entry::read),
-            None => self.read_entry(tenant, task_id, None, Entry::read),
-        }
+        self.read_named(tenant, task_id, owner, Entry::read)
     }
 
     async fn get_owned_by(
