@@ -985,3 +985,90 @@ async fn one_principals_dead_webhooks_do_not_starve_another() {
     );
     s.stop.cancel();
 }
+
+/// More notifications than the backlog holds, for one principal and one
+/// host: the dispatcher sheds the newest past the principal's share and
+/// delivers all it keeps, at the receiver's pace. Shed queues parked for
+/// their host or their principal once took the wakes of the slots that
+/// came free, and delivery stalled at a few a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_full_backlog_keeps_is_delivered() {
+    use a2a_lifecycle::push::deliver::{MAX_LOADED, MAX_LOADED_PER_PRINCIPAL};
+    let metrics = Arc::new(a2a_lifecycle::metrics::Metrics::new());
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        support::metric_value(&support::parse_metrics(&metrics.render()), name, labels)
+    };
+    let (port, mut received) = receiver(0).await;
+    let (s, dispatcher) = setup_stopped_with(Settings {
+        egress: loopback(),
+        metrics: Some(metrics.push.clone()),
+        ..Settings::default()
+    });
+    let manager = Arc::new(s.manager);
+    let tasks = MAX_LOADED + MAX_LOADED / 4;
+    let writers = 8;
+    let mut creating = tokio::task::JoinSet::new();
+    for w in 0..writers {
+        let manager = manager.clone();
+        creating.spawn(async move {
+            for _ in (w..tasks).step_by(writers) {
+                let mut request = MessageRequest::from(user_message("review my change"));
+                request.push_config = Some(TaskPushNotificationConfig {
+                    url: format!("http://127.0.0.1:{port}/hook"),
+                    ..Default::default()
+                });
+                support::run_to_rest(&manager, TENANT, &Caller::ANONYMOUS, request).await;
+            }
+        });
+    }
+    within("the tasks made", async {
+        while let Some(done) = creating.join_next().await {
+            done.unwrap();
+        }
+    })
+    .await;
+    let queued = s.store.outbox().pending(0, usize::MAX).await.unwrap().len();
+    assert!(
+        queued > MAX_LOADED,
+        "{queued} notifications fill the backlog"
+    );
+    tokio::spawn(dispatcher.run(s.stop.clone()));
+    // What is kept goes at the receiver's pace: a minute is ample.
+    let mut got = 0;
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while !s.store.outbox().pending(0, 1).await.unwrap().is_empty() {
+            while received.try_recv().is_ok() {
+                got += 1;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        let left = value("a2a_push_outbox_pending", &[]);
+        panic!("delivery stalled: {got} delivered, {left} pending");
+    });
+    // An attempt counts its outcome just after it leaves the outbox.
+    let outcome = |o: &str| value("a2a_push_deliveries_total", &[("outcome", o)]) as usize;
+    within("every entry counted", async {
+        while outcome("delivered") + outcome("shed") < queued {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let (delivered, shed) = (outcome("delivered"), outcome("shed"));
+    while got < delivered {
+        within("a delivered notification", received.recv())
+            .await
+            .unwrap();
+        got += 1;
+    }
+    assert_eq!(delivered + shed, queued, "each delivered or shed, once");
+    assert!(shed > 0, "the backlog was full");
+    assert!(
+        delivered >= MAX_LOADED_PER_PRINCIPAL,
+        "{delivered} delivered"
+    );
+    assert!(received.try_recv().is_err(), "nothing more was POSTed");
+    s.stop.cancel();
+}

@@ -460,7 +460,8 @@ pub struct PushMetrics {
 impl PushMetrics {
     /// An outbox entry ended: `delivered` (a 2xx answer), `refused` (an
     /// answer or address not worth another try), `given_up` (out of
-    /// attempts), `dropped` (its config or task gone).
+    /// attempts), `dropped` (its config or task gone), `shed` (given up
+    /// while the backlog was full, its principal over its share).
     pub fn ended(&self, outcome: &'static str) {
         self.deliveries
             .get_or_create(&OutcomeLabels { outcome })
