@@ -70,6 +70,9 @@ mod console;
 #[path = "a2a-bench/instructions.rs"]
 mod instructions;
 
+#[path = "a2a-bench/soak.rs"]
+mod soak;
+
 /// Tasks created before a GetTask run, read round robin.
 const GET_TASKS: usize = 1000;
 /// How long fan-out subscribers get to attach before the updates start.
@@ -107,6 +110,9 @@ enum Cmd {
     /// Instructions per request of this server and the echo server,
     /// counted by callgrind over a fixed number of requests.
     Instructions(instructions::InstructionsArgs),
+    /// A mixed soak of the demo agents' flows (sends, streams, cancels,
+    /// follow-ups), the server's memory sampled each second.
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Args)]
@@ -2015,6 +2021,13 @@ async fn operability_cost(
 const PUSH_QUIET: Duration = Duration::from_secs(1);
 /// The longest the suite waits for delivery to catch up after a run.
 const PUSH_DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// Sends of a round with a webhook, after a warm-up of none: two
+/// notifications each, 60,000 in all, within the backlog the dispatcher
+/// holds before it sheds (`push::deliver::MAX_LOADED`, 65,536) even if
+/// none were delivered while the load ran. A longer burst from one
+/// principal sheds its newest notifications by design (docs/push.md), and
+/// "none lost" would measure that bound rather than delivery.
+const PUSH_REQUESTS: u64 = 30_000;
 
 /// Push notifications: the same server (webhooks allowed on loopback),
 /// non-blocking sends without a webhook and with one on a receiver in this
@@ -2046,6 +2059,9 @@ async fn push_cost(
     let server = spawn_server(main_bin, &server_args, server_cpus)?;
     let run = |webhook: Option<String>| {
         let mut load = args.load.clone();
+        if webhook.is_some() {
+            (load.requests, load.warmup) = (Some(PUSH_REQUESTS), Duration::ZERO);
+        }
         load.webhook = webhook;
         RunArgs::against(&server, Workload::Send, load)
     };
@@ -2084,8 +2100,7 @@ async fn push_cost(
         let hooked_cpu = cpu(&hooked) + drain_cpu * 1e6 / hooked.requests.max(1) as f64;
         // Notifications taken while the load ran (warm-up included), and
         // after it, with the server free for delivery alone.
-        let during =
-            (at_end - before) as f64 / (args.load.warmup + args.load.duration).as_secs_f64();
+        let during = (at_end - before) as f64 / hooked.elapsed.as_secs_f64().max(1e-3);
         let drained = (after - at_end) as f64;
         let drain_rate = drained / caught_up.as_secs_f64().max(1e-3);
         let note_us = drain_cpu * 1e6 / drained.max(1.0);
@@ -2290,7 +2305,8 @@ fn main() -> Result<(), AnyError> {
     // Pin the generator before the runtime starts its threads (they
     // inherit the affinity); the servers get the other cores.
     let split = match &cli.command {
-        Cmd::Suite(_) | Cmd::Long(_) | Cmd::Console(_) => cpu_split(),
+        Cmd::Soak(args) if args.unpinned => None,
+        Cmd::Suite(_) | Cmd::Long(_) | Cmd::Console(_) | Cmd::Soak(_) => cpu_split(),
         Cmd::Run(_) | Cmd::Instructions(_) => None,
     };
     if let Some((_, generator)) = &split {
@@ -2331,6 +2347,10 @@ fn main() -> Result<(), AnyError> {
             }
             Cmd::Suite(args) => suite(&args, split).await,
             Cmd::Instructions(args) => instructions::instructions(&args).await,
+            Cmd::Soak(args) => {
+                let server_cpus = split.as_ref().map(|(s, _)| s.as_str());
+                soak::soak(&sibling("a2a-lifecycle"), &args, server_cpus).await
+            }
             Cmd::Console(args) => {
                 let server_cpus = split.as_ref().map(|(s, _)| s.as_str());
                 let (rows, json) =
