@@ -4,7 +4,10 @@
 
 use std::path::Path;
 
-use r2d2_sqlite::SqliteConnectionManager;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
 use rusqlite::{Connection, OpenFlags};
 
 use super::{
@@ -43,23 +46,89 @@ pub(super) fn open_read_write(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-/// The readers: read-only connections (WAL lets them run beside the
-/// writer), created up front so the first requests do not pay for opening.
-pub(super) fn reader_pool(path: &Path) -> Result<r2d2::Pool<SqliteConnectionManager>, StoreError> {
-    let manager = SqliteConnectionManager::file(path)
-        .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .with_init(|conn| {
+/// A read waiting for a reader: runs on the connection it is given.
+type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The readers: [`MAX_READERS`] read-only connections (WAL lets them run
+/// beside the writer), each on a thread of its own, opened up front so the
+/// first requests do not pay for opening. A read is a job on their shared
+/// queue: however many wait, they wait as tasks, and the process has
+/// exactly these threads for reading. (Reads once waited for a pooled
+/// connection each on a tokio blocking thread: 256 at once made 230
+/// threads, each a stack and an allocator heap, 160 MB.)
+#[derive(Clone)]
+pub(super) struct Readers {
+    jobs: Sender<(Instant, ReadJob)>,
+}
+
+impl Readers {
+    pub(super) fn open(path: &Path) -> Result<Readers, StoreError> {
+        let (jobs, queue) = std::sync::mpsc::channel::<(Instant, ReadJob)>();
+        let queue = Arc::new(Mutex::new(queue));
+        for n in 0..MAX_READERS {
+            let conn = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(map_err)?;
             conn.set_prepared_statement_cache_capacity(READER_STATEMENT_CACHE);
-            configure(conn)
+            configure(&conn).map_err(map_err)?;
+            let queue = queue.clone();
+            std::thread::Builder::new()
+                .name(format!("sqlite-reader-{n}"))
+                .spawn(move || read_jobs(conn, &queue))
+                .map_err(|e| StoreError::Unavailable(format!("sqlite reader thread: {e}")))?;
+        }
+        Ok(Readers { jobs })
+    }
+
+    /// Runs `read` on the next free reader. A read not begun within
+    /// [`ACQUIRE_TIMEOUT`] is UNAVAILABLE; one whose caller has gone is
+    /// not begun.
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            if !answer.is_closed() {
+                let _ = answer.send(read(conn));
+            }
         });
-    r2d2::Pool::builder()
-        .max_size(MAX_READERS)
-        .connection_timeout(ACQUIRE_TIMEOUT)
-        // A local file does not drop connections: no test query per
-        // checkout.
-        .test_on_check_out(false)
-        .build(manager)
-        .map_err(|e| StoreError::Unavailable(format!("sqlite readers: {e}")))
+        let queued = Instant::now();
+        self.jobs
+            .send((queued, job))
+            .map_err(|_| StoreError::Unavailable("sqlite: the readers have stopped".into()))?;
+        answered.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!(
+                "sqlite: no free reader within {ACQUIRE_TIMEOUT:?}"
+            )))
+        })
+    }
+}
+
+/// A reader's thread: takes the queue's next job, until every [`Readers`]
+/// handle is gone. A job that waited past [`ACQUIRE_TIMEOUT`] is dropped
+/// unrun (its caller hears UNAVAILABLE), so a backlog drains instead of
+/// running reads nobody waits for any more.
+fn read_jobs(mut conn: Connection, queue: &Mutex<Receiver<(Instant, ReadJob)>>) {
+    loop {
+        let next = match queue.lock() {
+            Ok(queue) => queue.recv(),
+            Err(_) => return,
+        };
+        let Ok((queued, job)) = next else {
+            return;
+        };
+        if queued.elapsed() <= ACQUIRE_TIMEOUT {
+            // A read that panics fails its caller (its answer is dropped),
+            // not the reader.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)));
+            if ran.is_err() {
+                tracing::error!("a sqlite read panicked");
+            }
+        }
+    }
 }
 
 /// Takes the lock file beside the database (`<path>.lock`) for as long as

@@ -7,14 +7,14 @@
 //! killed (SIGKILL, crash); only an OS crash or power loss can lose the
 //! last commits, which `synchronous=FULL` would prevent at the cost of an
 //! fsync per commit. Writes go through one writer connection with group
-//! commit ([`writer`]); reads use a pool of reader connections, which WAL
-//! lets run beside the writer. Updates carry `WHERE version = ?` for
+//! commit ([`writer`]); reads use reader connections, which WAL lets run
+//! beside the writer. Updates carry `WHERE version = ?` for
 //! optimistic concurrency.
 //!
 //! One driver, rusqlite (on its bundled SQLite), for every connection: the
 //! writer drives its connection synchronously on a thread of its own, and
-//! reads run on tokio's blocking threads with connections from an r2d2
-//! pool. Migrations are rusqlite_migration's (`PRAGMA user_version`); a
+//! each reader connection too ([`connections::Readers`]): a read waits for
+//! one as a queued job, not on a thread of its own. Migrations are rusqlite_migration's (`PRAGMA user_version`); a
 //! database migrated by earlier versions of this server, which recorded
 //! its migrations in sqlx's `_sqlx_migrations` table, is adopted at its
 //! version (`adopt_sqlx_history`).
@@ -31,11 +31,10 @@ mod writes;
 use std::path::Path;
 use std::time::Duration;
 
-use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode};
 
 use super::StoreError;
-use connections::{lock_exclusively, open_read_write, reader_pool};
+use connections::{Readers, lock_exclusively, open_read_write};
 
 /// How long a statement waits for another connection's write lock before
 /// failing with UNAVAILABLE.
@@ -54,7 +53,7 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tasks in a SQLite database file.
 #[derive(Clone)]
 pub struct SqliteStore {
-    readers: r2d2::Pool<SqliteConnectionManager>,
+    readers: Readers,
     writer: writer::WriterHandle,
 }
 
@@ -114,7 +113,7 @@ impl SqliteStore {
             let mut write_conn = open_read_write(path)?;
             schema::migrate(&mut write_conn)?;
             let checkpoint_conn = open_read_write(path)?;
-            Ok::<_, StoreError>((write_conn, checkpoint_conn, reader_pool(path)?))
+            Ok::<_, StoreError>((write_conn, checkpoint_conn, Readers::open(path)?))
         })
         .await
         .map_err(|e| StoreError::Internal(format!("sqlite open: {e}")))??;
@@ -125,21 +124,13 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `read` on a reader connection, on a blocking thread (SQLite
+    /// Runs `read` on the next free reader connection's thread (SQLite
     /// calls block).
     async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let readers = self.readers.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = readers
-                .get()
-                .map_err(|e| StoreError::Unavailable(format!("sqlite: no free reader: {e}")))?;
-            read(&mut conn)
-        })
-        .await
-        .map_err(|e| StoreError::Internal(format!("sqlite read: {e}")))?
+        self.readers.run(read).await
     }
 
     /// Nothing to do: reader connections close with the last clone of the

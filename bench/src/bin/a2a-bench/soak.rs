@@ -159,10 +159,12 @@ pub async fn soak(main_bin: &Path, args: &SoakArgs, cpus: Option<&str>) -> Resul
         flows,
         mib(last.db),
     );
-    for (path, (count, rss)) in &mappings {
+    for (path, m) in &mappings {
         println!(
-            "mapped: {path}: {count} mapping(s), {:.0} MiB resident",
-            mib(*rss)
+            "mapped: {path}: {} mapping(s), {:.0} MiB resident, the largest {:.0} MiB",
+            m.mappings,
+            mib(m.rss),
+            mib(m.largest)
         );
     }
     println!(
@@ -181,11 +183,19 @@ pub async fn soak(main_bin: &Path, args: &SoakArgs, cpus: Option<&str>) -> Resul
     Ok(())
 }
 
-/// The files the server maps, by path: how many mappings and their
-/// resident bytes (`/proc/PID/smaps`), largest first.
-fn file_mappings(pid: u32) -> Vec<(String, (u64, u64))> {
+/// A file the server maps: how many mappings, their resident bytes in
+/// all, and the largest one's (the same page mapped twice counts twice).
+#[derive(Default)]
+struct Mapped {
+    mappings: u64,
+    rss: u64,
+    largest: u64,
+}
+
+/// The files the server maps (`/proc/PID/smaps`), largest first.
+fn file_mappings(pid: u32) -> Vec<(String, Mapped)> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
-    let mut by_path = std::collections::BTreeMap::<String, (u64, u64)>::new();
+    let mut by_path = std::collections::BTreeMap::<String, Mapped>::new();
     let mut path = None;
     for line in smaps.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -199,20 +209,19 @@ fn file_mappings(pid: u32) -> Vec<(String, (u64, u64))> {
                 .filter(|p| p.starts_with('/'))
                 .map(|p| p.to_string());
             if let Some(p) = &path {
-                by_path.entry(p.clone()).or_default().0 += 1;
+                by_path.entry(p.clone()).or_default().mappings += 1;
             }
         } else if fields.first() == Some(&"Rss:")
             && let Some(p) = &path
         {
             let kib: u64 = fields.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
-            by_path.entry(p.clone()).or_default().1 += kib * 1024;
+            let file = by_path.entry(p.clone()).or_default();
+            file.rss += kib * 1024;
+            file.largest = file.largest.max(kib * 1024);
         }
     }
-    let mut all: Vec<_> = by_path
-        .into_iter()
-        .filter(|(_, (_, rss))| *rss > 0)
-        .collect();
-    all.sort_by_key(|(_, (_, rss))| std::cmp::Reverse(*rss));
+    let mut all: Vec<_> = by_path.into_iter().filter(|(_, m)| m.rss > 0).collect();
+    all.sort_by_key(|(_, m)| std::cmp::Reverse(m.rss));
     all
 }
 
