@@ -397,7 +397,7 @@ where
             Some(peer) if request.uri().path().ends_with("/Watch") => {
                 let Some(held) = self.open.enter(peer, self.max) else {
                     tracing::warn!(
-                        ?peer,
+                        %peer,
                         max = self.max,
                         "health Watch refused: its peer is at its bound"
                     );

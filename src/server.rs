@@ -334,12 +334,24 @@ impl Server {
         // The second listener: metrics without authentication, the health
         // probes and the health service, open until the drain is over.
         let operations_done = CancellationToken::new();
+        // Reflection of what that port serves (the health service alone),
+        // so `grpcurl -plaintext ADDR grpc.health.v1.Health/Check` needs
+        // no proto file there either.
+        let operations_reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let operations_reflection_v1 = operations_reflection().build_v1()?;
+        let operations_reflection_v1alpha = operations_reflection().build_v1alpha()?;
         let operations_served = operations.listener.map(|listener| {
             if let Ok(addr) = listener.local_addr() {
                 tracing::info!(listen = %addr, "serving metrics and health probes");
             }
             let http = http_router(health.clone(), metrics.as_ref(), Access::Private);
-            let routes = Routes::from(http).add_service(health_service.clone());
+            let routes = Routes::from(http)
+                .add_service(health_service.clone())
+                .add_service(operations_reflection_v1.clone())
+                .add_service(operations_reflection_v1alpha.clone());
             // Past the drain, a scrape in flight gets a moment, a health
             // watcher none.
             let limits = ConnectionLimits {

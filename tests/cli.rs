@@ -523,9 +523,13 @@ fn errors_print_the_code_reason_and_message_on_every_binding() {
             .expect("run client");
         assert!(!out.status.success(), "{binding}");
         let stderr = String::from_utf8_lossy(&out.stderr);
+        // The same line on every binding, with the tenant searched and
+        // the flag that names another (first_hour.rs checks the words).
         assert_eq!(
             stderr.trim(),
-            "error: NOT_FOUND TASK_NOT_FOUND: task \"no-such-task\" not found",
+            "error: NOT_FOUND TASK_NOT_FOUND: task \"no-such-task\" not found in the \
+             default agent's tasks (no --tenant given); a task is found only under the \
+             agent it was sent to: pass that agent's name as --tenant",
             "{binding}"
         );
     }

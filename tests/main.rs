@@ -30,6 +30,7 @@ mod content_types;
 mod discovery;
 mod durability;
 mod errors;
+mod first_hour;
 mod flows;
 mod full_disk;
 mod fuzz;

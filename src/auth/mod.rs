@@ -83,6 +83,12 @@ pub const MAX_CREDENTIAL_BYTES: usize = 8 * 1024;
 pub enum AuthError {
     #[error("no credentials: send `authorization: Bearer <API key or JWT>`")]
     Missing,
+    /// Mutual TLS alone: only a client certificate authenticates.
+    #[error(
+        "no client certificate: this server authenticates callers by mutual TLS; connect \
+         with a client certificate issued by the CA it trusts"
+    )]
+    NoCertificate,
     #[error("the authorization value is not `Bearer <credential>`")]
     Malformed,
     #[error("unknown API key")]
@@ -98,7 +104,7 @@ impl AuthError {
     /// `a2a_auth_failures_total` shows it.
     pub fn kind(&self) -> &'static str {
         match self {
-            AuthError::Missing => "missing",
+            AuthError::Missing | AuthError::NoCertificate => "missing",
             AuthError::Malformed => "malformed",
             AuthError::UnknownKey => "unknown_key",
             AuthError::UnknownCertificate(_) => "unknown_certificate",
@@ -252,21 +258,26 @@ impl Authenticator {
     }
 
     /// What every refused credential gets, wherever it was offered (an
-    /// A2A call on `binding`, `/metrics`): logged with its reason cut
+    /// A2A call over a binding, or `/metrics`: the `route`): logged with its reason cut
     /// short, counted in `metrics`, and answered only after the peer's
     /// delay, so a guesser gains nothing by moving to another route.
     pub async fn refused(
         &self,
         peer: Option<std::net::SocketAddr>,
-        binding: &str,
+        route: &'static str,
         error: &AuthError,
         metrics: Option<&crate::metrics::Metrics>,
     ) {
         let reason =
             crate::error::cut(&error.to_string(), crate::error::MAX_MESSAGE_BYTES).into_owned();
-        tracing::warn!(?peer, binding, %reason, "authentication failed");
+        tracing::warn!(
+            peer = peer.map(tracing::field::display),
+            route,
+            %reason,
+            "authentication failed"
+        );
         if let Some(metrics) = metrics {
-            metrics.auth.failed(error.kind());
+            metrics.auth.failed(error.kind(), route);
         }
         if let Some(peer) = peer {
             let delay = self.record_failure(peer.ip());
@@ -316,6 +327,7 @@ impl Authenticator {
             (Some(_), Some(name)) if self.rules().any_certificate => {
                 self.authenticate_certificate(name)
             }
+            (_, None) if self.rules().any_certificate => Err(AuthError::NoCertificate),
             (authorization, _) => self.authenticate(authorization),
         }
     }

@@ -10,7 +10,7 @@ use a2a_lifecycle::bindings::Binding;
 use a2a_lifecycle::proto::SendMessageRequest;
 
 use super::serve_args::ServeArgs;
-use super::server_connection::ServerConnection;
+use super::server_connection::{ServerAddress, ServerConnection};
 
 #[derive(Parser)]
 #[command(
@@ -156,7 +156,7 @@ pub enum ClientCommand {
     /// the server or its `--metrics-listen` address).
     Top {
         #[command(flatten)]
-        target: ServerConnection,
+        target: ServerAddress,
         /// How often the view is refreshed (rates are over this interval).
         #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
         interval: Duration,

@@ -44,11 +44,15 @@ impl From<tonic::Status> for CallError {
 }
 
 impl CallError {
-    pub(crate) fn transport(message: impl std::fmt::Display) -> Self {
+    /// The call did not reach the server or its answer was cut: the
+    /// error and its causes (hyper's "transport error" alone says
+    /// nothing).
+    pub(crate) fn transport(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        let error: Box<dyn std::error::Error + Send + Sync> = error.into();
         CallError {
             code: "UNAVAILABLE".into(),
             reason: String::new(),
-            message: message.to_string(),
+            message: super::server_connection::chain(&*error),
         }
     }
 

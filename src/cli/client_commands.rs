@@ -13,9 +13,84 @@ use a2a_lifecycle::proto::{
 };
 
 use super::args::ClientCommand;
+use super::call_error::CallError;
 use super::output::{print_line, print_pretty};
+use super::server_connection::ServerConnection;
 
 pub async fn run(command: ClientCommand) -> Result<(), Box<dyn std::error::Error>> {
+    let tenant = target_of(&command).map(|t| t.tenant.clone());
+    run_command(command)
+        .await
+        .map_err(|e| match e.downcast::<CallError>() {
+            Ok(call) => Box::new(for_the_command_line(*call, tenant.as_deref())),
+            Err(other) => other,
+        })
+}
+
+/// The server a command calls, for the ones that call one with a tenant.
+fn target_of(command: &ClientCommand) -> Option<&ServerConnection> {
+    use super::args::PushCommand;
+    match command {
+        ClientCommand::Send { target, .. }
+        | ClientCommand::Get { target, .. }
+        | ClientCommand::List { target, .. }
+        | ClientCommand::Cancel { target, .. }
+        | ClientCommand::Card { target, .. }
+        | ClientCommand::Subscribe { target, .. } => Some(target),
+        ClientCommand::Push { command } => match command {
+            PushCommand::Set { target, .. }
+            | PushCommand::Get { target, .. }
+            | PushCommand::List { target, .. }
+            | PushCommand::Delete { target, .. } => Some(target),
+            PushCommand::Listen { .. } => None,
+        },
+        ClientCommand::Top { .. } | ClientCommand::Jwks { .. } => None,
+    }
+}
+
+/// A failed call as the command line's user should read it: what the
+/// server said, in the terms of this command's flags. `tenant` is the one
+/// the command searched (`--tenant`).
+fn for_the_command_line(mut call: CallError, tenant: Option<&str>) -> CallError {
+    match call.code.as_str() {
+        // A task is kept under the tenant it was sent to (spec §3.2.1):
+        // say which one was searched, never whether another holds it.
+        "NOT_FOUND" if call.reason == "TASK_NOT_FOUND" && call.message.ends_with("not found") => {
+            let searched = match tenant {
+                Some("") | None => "the default agent's tasks (no --tenant given)".to_owned(),
+                Some(t) => format!("tenant {t:?}"),
+            };
+            call.message = format!(
+                "{} in {searched}; a task is found only under the agent it was sent to: \
+                 pass that agent's name as --tenant",
+                call.message
+            );
+        }
+        "UNAUTHENTICATED" => {
+            let said = call.message.to_ascii_lowercase();
+            if said.contains("client certificate") {
+                call.message = format!(
+                    "{}; pass --client-cert FILE and --client-key FILE, a certificate issued by \
+                     the CA the server trusts (its --tls-client-ca)",
+                    call.message
+                );
+            } else if said.starts_with("no credentials") {
+                call.message = "no credentials: this server (run with --auth) wants an API key \
+                                or JWT; pass --token TOKEN or set A2A_TOKEN"
+                    .to_owned();
+            } else {
+                call.message = format!(
+                    "{}; check the API key or JWT given with --token or A2A_TOKEN",
+                    call.message
+                );
+            }
+        }
+        _ => {}
+    }
+    call
+}
+
+async fn run_command(command: ClientCommand) -> Result<(), Box<dyn std::error::Error>> {
     match command {
         ClientCommand::Send {
             target,
@@ -30,6 +105,15 @@ pub async fn run(command: ClientCommand) -> Result<(), Box<dyn std::error::Error
             notification_token,
             text,
         } => {
+            // `send "$(git diff)"` where the command printed nothing.
+            if text.trim().is_empty() {
+                return Err(
+                    "the message text is empty, so there is nothing to send (a command \
+                            substitution such as \"$(git diff)\" that printed nothing gives an \
+                            empty text); give the text as the last argument"
+                        .into(),
+                );
+            }
             let mut client = target.connect_client().await?;
             let request = SendMessageRequest {
                 tenant: target.tenant.clone(),
@@ -192,7 +276,7 @@ pub async fn run(command: ClientCommand) -> Result<(), Box<dyn std::error::Error
             let source = super::top::Source {
                 channel,
                 authorization,
-                server: target.server,
+                server: target.url(),
             };
             super::top::run(source, interval, once).await?;
         }

@@ -99,7 +99,10 @@ pub async fn run(command: PushCommand) -> Result<(), Box<dyn std::error::Error>>
             host,
             notification_token,
         } => {
-            let listener = TcpListener::bind((host, port)).await?;
+            let addr = std::net::SocketAddr::new(host, port);
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|e| super::cannot_listen(addr, "--port", &e))?;
             let addr = listener.local_addr()?;
             // On stderr whatever RUST_LOG says: where to point webhooks.
             eprintln!("receiving push notifications at http://{addr}/");

@@ -97,9 +97,15 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let store = open_store(&store, lease)
         .await
         .map_err(|e| e as Box<dyn std::error::Error>)?;
-    let listener = TcpListener::bind(listen).await?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| super::cannot_listen(listen, "--listen", &e))?;
     let operations_listener = match metrics_listen {
-        Some(addr) => Some(TcpListener::bind(addr).await?),
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| super::cannot_listen(addr, "--metrics-listen", &e))?,
+        ),
         None => None,
     };
     let runtime = RuntimeConfig {

@@ -63,9 +63,10 @@ pub struct ServeArgs {
     /// Demo deployer: how long until the approval arrives by itself.
     #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
     pub deployer_approval_delay: Duration,
-    /// The `host:port` the agent cards advertise, when clients reach
-    /// the server at another address than --listen (proxy, container).
-    #[arg(long)]
+    /// The address the agent cards advertise, when clients reach the
+    /// server at another address than --listen (proxy, container):
+    /// `HOST:PORT` (`:443`: HTTPS), or an `http://` or `https://` URL.
+    #[arg(long, value_name = "HOST:PORT|URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,
     /// The default agent's extended agent card: a ProtoJSON `AgentCard`
     /// file, served by GetExtendedAgentCard and declared on the card.
@@ -141,14 +142,18 @@ pub struct ServeArgs {
 #[derive(clap::Args)]
 pub struct ConnectionLimitArgs {
     /// Connections served at once; one more is closed at accept.
-    #[arg(long, default_value_t = connections::MAX_CONNECTIONS)]
+    #[arg(
+        long,
+        default_value_t = connections::MAX_CONNECTIONS,
+        value_parser = parse_connections
+    )]
     max_connections: usize,
     /// Connections one client address (an IPv6 /64) may hold at once; one
     /// more is closed at accept.
     #[arg(
         long,
         default_value_t = connections::MAX_CONNECTIONS_PER_PEER,
-        value_parser = clap::value_parser!(u64).range(1..).map(|n| n as usize)
+        value_parser = parse_connections
     )]
     max_connections_per_peer: usize,
     /// Time a request has, once its headers arrived, to send its whole
@@ -217,7 +222,7 @@ pub struct PushArgs {
     /// An address range webhooks may reach although it is refused by
     /// default (loopback, private, link-local, ...), e.g. `10.1.0.0/16`
     /// or `127.0.0.0/8`; repeat for several.
-    #[arg(long = "push-allow-cidr", value_name = "CIDR")]
+    #[arg(long = "push-allow-cidr", value_name = "CIDR", value_parser = parse_cidr)]
     push_allow_cidr: Vec<ipnet::IpNet>,
     /// Time one webhook POST may take, connection included.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
@@ -251,6 +256,62 @@ fn parse_retain(text: &str) -> Result<Retain, String> {
         "off" | "forever" => Ok(Retain(None)),
         other => humantime::parse_duration(other)
             .map(|d| Retain(Some(d)))
-            .map_err(|e| e.to_string()),
+            .map_err(|e| {
+                format!("{e}: give a duration such as 7d, 12h or 30m, or off to keep tasks forever")
+            }),
     }
+}
+
+/// `--max-connections`, `--max-connections-per-peer`: 1 or more.
+fn parse_connections(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0 would refuse every connection: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e}: give a number of connections, 1 or more")),
+    }
+}
+
+/// `--push-allow-cidr`: a range; a lone address is told how to write
+/// one.
+fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse()
+        .map_err(|e| match text.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => format!(
+                "a range is needed, not an address: {text}/32 for this address alone, or a wider \
+             range such as 127.0.0.0/8"
+            ),
+            Ok(std::net::IpAddr::V6(_)) => {
+                format!("a range is needed, not an address: {text}/128 for this address alone")
+            }
+            Err(_) => format!("{e}: expected a range such as 10.1.0.0/16 or 127.0.0.0/8"),
+        })
+}
+
+/// `--public-url`: `HOST:PORT`, or an `http(s)://HOST[:PORT]` URL with no
+/// path (the cards' gRPC address is its authority, the JSON bindings'
+/// the URL itself; README, Discovery).
+fn parse_public_url(text: &str) -> Result<String, String> {
+    let expected = "expected HOST:PORT (a2a.example.com:443) or an http:// or https:// URL \
+                    with a host (https://a2a.example.com)";
+    let (scheme, rest) = match text.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, text),
+    };
+    if let Some(scheme) = scheme
+        && scheme != "http"
+        && scheme != "https"
+    {
+        return Err(format!("the scheme {scheme:?} is not served: {expected}"));
+    }
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
+        return Err(format!("{text:?}: {expected}"));
+    }
+    let uri: http::uri::Authority = authority
+        .parse()
+        .map_err(|e| format!("{text:?}: {e}: {expected}"))?;
+    if uri.host().is_empty() || (scheme.is_none() && uri.port_u16().is_none()) {
+        return Err(format!("{text:?}: {expected}"));
+    }
+    Ok(text.to_owned())
 }

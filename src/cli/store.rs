@@ -24,7 +24,9 @@ pub async fn open_store(spec: &str, lease: Duration) -> Result<Arc<dyn TaskStore
         return Ok(Arc::new(store));
     }
     if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-        let store = a2a_lifecycle::store::PostgresStore::open_with_lease(spec, lease).await?;
+        let store = a2a_lifecycle::store::PostgresStore::open_with_lease(spec, lease)
+            .await
+            .map_err(|e| postgres_error(spec, &e))?;
         tracing::info!(replica = %store.replica_id(), lease = %humantime::format_duration(lease), "task store: postgres");
         return Ok(Arc::new(store));
     }
@@ -33,6 +35,49 @@ pub async fn open_store(spec: &str, lease: Duration) -> Result<Arc<dyn TaskStore
         without_password(spec)
     )
     .into())
+}
+
+/// Why the PostgreSQL store at `spec` did not open: which server and
+/// database, the cause, and what to try.
+fn postgres_error(spec: &str, error: &a2a_lifecycle::store::StoreError) -> String {
+    let config = spec.parse::<tokio_postgres::Config>().ok();
+    let host = config
+        .as_ref()
+        .and_then(|c| c.get_hosts().first().cloned())
+        .map_or("localhost".to_owned(), |h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name,
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        });
+    let port = config
+        .as_ref()
+        .and_then(|c| c.get_ports().first().copied())
+        .unwrap_or(5432);
+    let user = config
+        .as_ref()
+        .and_then(|c| c.get_user().map(str::to_owned))
+        .unwrap_or_default();
+    let database = config
+        .as_ref()
+        .and_then(|c| c.get_dbname().map(str::to_owned))
+        .unwrap_or_else(|| user.clone());
+    let said = error.to_string();
+    let lower = said.to_ascii_lowercase();
+    let hint = if lower.contains("refused") {
+        format!("; is PostgreSQL running and listening on {host}:{port}?")
+    } else if lower.contains(&format!("database \"{}\"", database.to_ascii_lowercase())) {
+        format!(
+            "; create it first (createdb -h {host} -p {port} -U {user} {database}) or name another in --store"
+        )
+    } else if lower.contains("password") || lower.contains("authentication") {
+        "; check the user and password in --store (or the server's pg_hba.conf)".to_owned()
+    } else {
+        String::new()
+    };
+    format!(
+        "cannot open the PostgreSQL store at {host}:{port}, database {database:?} (user \
+         {user:?}): {said}{hint}"
+    )
 }
 
 /// A store URL as it may be shown: a password in its user information

@@ -41,6 +41,24 @@ impl Source {
         let status = response.status();
         let body = response.into_body().collect().await?.to_bytes();
         let text = String::from_utf8_lossy(&body);
+        if status == http::StatusCode::NOT_FOUND {
+            return Err(format!(
+                "{}/metrics is not served: the server runs with --no-metrics (restart it \
+                 without that flag to count), or --server is not an a2a-lifecycle server",
+                self.server
+            )
+            .into());
+        }
+        if status == http::StatusCode::UNAUTHORIZED {
+            return Err(format!(
+                "{}/metrics answered 401: this server runs with --auth; pass an admin's \
+                 --token (or set A2A_TOKEN), or point --server at its --metrics-listen \
+                 address, which needs none: {}",
+                self.server,
+                text.trim()
+            )
+            .into());
+        }
         if !status.is_success() {
             return Err(
                 format!("{}/metrics answered {status}: {}", self.server, text.trim()).into(),

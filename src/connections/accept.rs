@@ -112,9 +112,9 @@ pub async fn serve<S>(
                     serve_one(stream, info, service, builder, idle_timeout, draining, cut).await
                 }
                 Ok(Err(e)) => {
-                    tracing::debug!(peer = ?info.remote_addr, error = %e, "TLS handshake failed")
+                    tracing::debug!(peer = info.remote_addr.map(tracing::field::display), error = %e, "TLS handshake failed")
                 }
-                Err(_) => tracing::debug!(peer = ?info.remote_addr, "TLS handshake timed out"),
+                Err(_) => tracing::debug!(peer = info.remote_addr.map(tracing::field::display), "TLS handshake timed out"),
             }
         });
     }

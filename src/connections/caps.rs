@@ -58,7 +58,7 @@ where
                     if let Some(refused) = open.refusals.count_refusal(tokio::time::Instant::now())
                     {
                         tracing::warn!(
-                            peer = ?peer,
+                            peer = peer.map(tracing::field::display),
                             max_connections_per_peer = per_peer,
                             refused,
                             "connections refused: a peer at its cap (the last one named)"

@@ -21,7 +21,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod labels;
 mod observed;
+use labels::{HEALTH, METHODS, OTHER, REFLECTION};
+pub use labels::{V0_3, V1_0, code_label, method_label, operation_label, protocol_version_label};
 pub use observed::{Observed, is_grpc};
 
 /// The content type of [`Metrics::render`]'s text.
@@ -31,105 +34,6 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// for a GetTask on the memory store and wide enough for a blocking send.
 fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.0, 21)
-}
-
-/// The RPC methods metrics name; any other path is `other`.
-const METHODS: &[&str] = &[
-    "SendMessage",
-    "SendStreamingMessage",
-    "GetTask",
-    "ListTasks",
-    "CancelTask",
-    "SubscribeToTask",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
-];
-
-/// The method labels of the health and reflection services, and of any
-/// other path.
-const HEALTH: &str = "health";
-const REFLECTION: &str = "reflection";
-const OTHER: &str = "other";
-
-/// The method label of an A2A operation's name (JSON-RPC method, or the
-/// operation an HTTP+JSON route names): `other` when it is none.
-pub fn operation_label(name: &str) -> &'static str {
-    METHODS
-        .iter()
-        .find(|m| **m == name)
-        .copied()
-        .unwrap_or(OTHER)
-}
-
-/// The method label of a gRPC request path (`/lf.a2a.v1.A2AService/GetTask`
-/// is `GetTask`; the health and reflection services are named by their
-/// service; anything else is `other`).
-pub fn method_label(path: &str) -> &'static str {
-    let Some((service, method)) = path.trim_start_matches('/').split_once('/') else {
-        return OTHER;
-    };
-    if service == "lf.a2a.v1.A2AService" {
-        return METHODS
-            .iter()
-            .find(|m| **m == method)
-            .copied()
-            .unwrap_or(OTHER);
-    }
-    // Protocol 0.3's service: its RPCs count as the 1.0 operations they
-    // become.
-    if service == "a2a.v1.A2AService" {
-        let method = match method {
-            "TaskSubscription" => "SubscribeToTask",
-            "ListTaskPushNotificationConfig" => "ListTaskPushNotificationConfigs",
-            "GetAgentCard" => "GetExtendedAgentCard",
-            other => other,
-        };
-        return operation_label(method);
-    }
-    match service {
-        "grpc.health.v1.Health" => HEALTH,
-        "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
-            REFLECTION
-        }
-        _ => OTHER,
-    }
-}
-
-/// The protocol version of a gRPC request path: 0.3's service
-/// (`a2a.v1.A2AService`) or 1.0 (everything else).
-pub fn protocol_version_label(path: &str) -> &'static str {
-    if path.starts_with("/a2a.v1.A2AService/") {
-        V0_3
-    } else {
-        V1_0
-    }
-}
-
-/// The name of a gRPC status code, as the label `code` shows it.
-pub fn code_label(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,11 +50,6 @@ struct MethodLabels {
     protocol_version: &'static str,
     method: &'static str,
 }
-
-/// The `protocol_version` label of a 1.0 call.
-pub const V1_0: &str = "1.0";
-/// The `protocol_version` label of a 0.3 call (translated at the edge).
-pub const V0_3: &str = "0.3";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AgentLabels {
@@ -360,11 +259,6 @@ struct BackendLabels {
     backend: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: &'static str,
-}
-
 /// Store writes, by backend (`memory`, `sqlite`, `postgres`): how long a
 /// task write took to commit as the runtime waited for it, how many
 /// failed, and for the backends that group writes into transactions, the
@@ -432,19 +326,53 @@ impl WriterMetrics {
 /// `auth::AuthError`).
 #[derive(Clone)]
 pub struct AuthMetrics {
-    failures: Family<ReasonLabels, Counter>,
+    failures: Family<AuthLabels, Counter>,
 }
 
+/// The `reason` label's values: every `auth::AuthError` kind.
+pub const AUTH_FAILURE_REASONS: [&str; 5] = [
+    "missing",
+    "malformed",
+    "unknown_key",
+    "unknown_certificate",
+    "invalid_token",
+];
+/// The `route` label's values: where a credential was refused (an A2A
+/// call over each binding, or a `/metrics` scrape, apart so that a
+/// scraper left without its token is not taken for a caller guessing).
+pub const AUTH_ROUTES: [&str; 4] = ["grpc", "jsonrpc", "http-json", "metrics"];
+
 impl AuthMetrics {
-    pub fn failed(&self, reason: &'static str) {
-        self.failures.get_or_create(&ReasonLabels { reason }).inc();
+    pub fn failed(&self, reason: &'static str, route: &'static str) {
+        self.failures
+            .get_or_create(&AuthLabels { reason, route })
+            .inc();
     }
+
+    /// Every series at zero, so that dashboards and alerts see them
+    /// before the first failure.
+    fn expose(&self) {
+        for reason in AUTH_FAILURE_REASONS {
+            for route in AUTH_ROUTES {
+                drop(self.failures.get_or_create(&AuthLabels { reason, route }));
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuthLabels {
+    reason: &'static str,
+    route: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
+
+/// The `outcome` label's values ([`PushMetrics::ended`]).
+pub const PUSH_OUTCOMES: [&str; 5] = ["delivered", "refused", "given_up", "dropped", "shed"];
 
 /// Push notifications: how each entry of the outbox ended, retries
 /// scheduled, attempt latency, and the entries this process has read from
@@ -462,6 +390,13 @@ impl PushMetrics {
     /// answer or address not worth another try), `given_up` (out of
     /// attempts), `dropped` (its config or task gone), `shed` (given up
     /// while the backlog was full, its principal over its share).
+    /// Every outcome's series at zero (see [`AuthMetrics`]).
+    fn expose(&self) {
+        for outcome in PUSH_OUTCOMES {
+            drop(self.deliveries.get_or_create(&OutcomeLabels { outcome }));
+        }
+    }
+
     pub fn ended(&self, outcome: &'static str) {
         self.deliveries
             .get_or_create(&OutcomeLabels { outcome })
@@ -634,10 +569,11 @@ impl Metrics {
         let auth = AuthMetrics {
             failures: Family::default(),
         };
+        auth.expose();
         register(
             (&mut registry, &mut names),
             "auth_failures",
-            "Requests refused authentication, by reason",
+            "Requests refused authentication, by reason and route (grpc, jsonrpc, http-json: an A2A call; metrics: a scrape)",
             auth.failures.clone(),
         );
         let push = PushMetrics {
@@ -646,10 +582,11 @@ impl Metrics {
             attempt_seconds: Histogram::new(latency_buckets()),
             pending: Gauge::default(),
         };
+        push.expose();
         register(
             (&mut registry, &mut names),
             "push_deliveries",
-            "Push notifications ended, by outcome (delivered, refused, given_up, dropped)",
+            "Push notifications ended, by outcome (delivered, refused, given_up, dropped, shed)",
             push.deliveries.clone(),
         );
         register(

@@ -45,11 +45,21 @@ pub enum UrlError {
     NoHost,
     #[error("the host is longer than {MAX_HOST_BYTES} bytes")]
     HostTooLong,
-    /// Says neither the address the host resolved to nor which range
+    /// Says neither the address a host name resolved to nor which range
     /// holds it: a caller would map internal names with it. `why` is for
-    /// the server's log.
-    #[error("the host {host:?} is refused: not a public address")]
-    Refused { host: String, why: &'static str },
+    /// the server's log. `range` is given only for an address written in
+    /// the URL: the caller knows it already, and the flag that opens it
+    /// is what a newcomer trying a local receiver needs.
+    #[error(
+        "the host {host:?} is refused: not a public address (webhooks reach only public \
+         addresses unless the server runs with `serve --push-allow-cidr {}`)",
+        range.map_or("RANGE".to_owned(), |r| r.to_string())
+    )]
+    Refused {
+        host: String,
+        why: &'static str,
+        range: Option<IpNet>,
+    },
     #[error("the host {host:?} does not resolve: {reason}")]
     Unresolved { host: String, reason: String },
 }
@@ -106,6 +116,7 @@ impl Egress {
                 return Err(UrlError::Refused {
                     host: target.host.clone(),
                     why,
+                    range: written_range(&target.host),
                 });
             }
         }
@@ -131,6 +142,7 @@ impl Egress {
             (true, Some(why)) => Err(UrlError::Refused {
                 host: target.host.clone(),
                 why,
+                range: written_range(&target.host),
             }),
             (true, None) => Err(UrlError::Unresolved {
                 host: target.host.clone(),
@@ -289,6 +301,16 @@ fn teredo(a: Ipv6Addr) -> Vec<Ipv4Addr> {
     vec![v4(s[2], s[3]), v4(!s[6], !s[7])]
 }
 
+/// The refused range holding `host`, when `host` is an address (not a
+/// name): what `--push-allow-cidr` would have to open.
+fn written_range(host: &str) -> Option<IpNet> {
+    let addr = host.parse::<IpAddr>().ok()?.to_canonical();
+    ranges()
+        .iter()
+        .find(|(net, _)| net.contains(&addr))
+        .map(|(net, _)| *net)
+}
+
 /// Why a webhook may not reach `addr` by default, if it may not.
 fn refused(addr: IpAddr) -> Option<&'static str> {
     let addr = addr.to_canonical();
@@ -441,12 +463,24 @@ mod tests {
                 matches!(refused, UrlError::Refused { .. }),
                 "{url} accepted"
             );
-            // The client learns neither the address nor its range.
+            // For a name the client learns neither the address nor its
+            // range; for an address it wrote, the range that opens it.
             let said = refused.to_string();
-            assert!(said.ends_with("is refused: not a public address"), "{said}");
+            assert!(said.contains("is refused: not a public address"), "{said}");
+            assert!(said.contains("--push-allow-cidr"), "{said}");
             for hint in ["127.", "::1", "169.254", "loopback", "link-local"] {
                 assert!(!said.contains(hint) || url.contains(hint), "{said}");
             }
+            let range = match url {
+                "http://127.0.0.1/x" => "127.0.0.0/8",
+                "http://[::1]/x" => "::1/128",
+                "http://169.254.169.254/latest" => "169.254.0.0/16",
+                _ => "RANGE",
+            };
+            assert!(
+                said.contains(&format!("--push-allow-cidr {range}`")),
+                "{said}"
+            );
         }
         let open = Egress::new(vec![
             "127.0.0.0/8".parse().unwrap(),

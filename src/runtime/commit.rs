@@ -454,12 +454,17 @@ fn count_committed(
     version: u64,
     done: &[Pending],
 ) {
+    // Every task is created SUBMITTED (`TaskRecord::submitted`); the
+    // creating write carries a Task snapshot only when the task is
+    // streamed, so its first state is counted here, not from that.
     if version == 1 {
         metrics.tasks.created(agent);
+        metrics
+            .tasks
+            .reached(agent, TaskState::Submitted.as_str_name());
     }
     for p in done {
         let status = match p.out.as_ref().and_then(|o| o.payload.as_ref()) {
-            Some(Payload::Task(t)) => t.status.as_ref(),
             Some(Payload::StatusUpdate(u)) => u.status.as_ref(),
             _ => None,
         };

@@ -232,16 +232,16 @@ impl A2aApi {
             Ok(principal) => {
                 // Not yet validated: as long as the caller made it.
                 let tenant = crate::error::cut(tenant, crate::error::MAX_ECHO_BYTES);
-                tracing::warn!(peer = ?call.peer, principal = %principal.name, %tenant, "tenant not permitted");
+                tracing::warn!(peer = call.peer.map(tracing::field::display), principal = %principal.name, %tenant, "tenant not permitted");
                 Err(A2aError::PermissionDenied {
                     principal: principal.name,
                     tenant: tenant.into_owned(),
                 })
             }
             Err(e) => {
-                let binding = call.binding.to_string();
                 let metrics = self.manager.metrics().map(|m| &**m);
-                auth.refused(call.peer, &binding, &e, metrics).await;
+                auth.refused(call.peer, call.binding.name(), &e, metrics)
+                    .await;
                 Err(A2aError::Unauthenticated(e.to_string()))
             }
         }
@@ -265,9 +265,9 @@ impl A2aApi {
                 Ok(())
             }
             Err(e) => {
-                let binding = call.binding.to_string();
                 let metrics = self.manager.metrics().map(|m| &**m);
-                auth.refused(call.peer, &binding, &e, metrics).await;
+                auth.refused(call.peer, call.binding.name(), &e, metrics)
+                    .await;
                 Err(A2aError::Unauthenticated(e.to_string()))
             }
         }

@@ -92,12 +92,20 @@ impl Drop for AbortOnDrop {
 
 fn unavailable(e: impl std::error::Error) -> StoreError {
     // tokio-postgres says only "db error" at the top; the database's own
-    // message is the source.
+    // message is the source. Each layer (the pool's, the driver's)
+    // repeats its cause's text in its own: each is said once, and the
+    // layers' words that name no cause are left out.
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
-        text = format!("{text}: {cause}");
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
         source = cause.source();
+    }
+    for noise in ["Error occurred while creating a new object: ", "db error: "] {
+        text = text.replace(noise, "");
     }
     StoreError::Unavailable(text)
 }

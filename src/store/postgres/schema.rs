@@ -37,12 +37,22 @@ pub(super) async fn migrate(pool: &Pool) -> Result<(), StoreError> {
         .await
         .map_err(unavailable)?;
     let result = async {
-        client
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS a2a_schema_migrations \
-                 (version INTEGER PRIMARY KEY)",
+        // Looked for first: `CREATE TABLE IF NOT EXISTS` on a table that
+        // exists sends a NOTICE, which the driver logs at INFO on every
+        // start. The advisory lock keeps another replica from creating
+        // it in between.
+        let exists: bool = client
+            .query_one(
+                "SELECT to_regclass('a2a_schema_migrations') IS NOT NULL",
+                &[],
             )
-            .await?;
+            .await?
+            .get(0);
+        if !exists {
+            client
+                .batch_execute("CREATE TABLE a2a_schema_migrations (version INTEGER PRIMARY KEY)")
+                .await?;
+        }
         let row = client
             .query_one(
                 "SELECT COALESCE(MAX(version), 0) FROM a2a_schema_migrations",
