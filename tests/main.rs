@@ -2,13 +2,14 @@
 //! a module of it, so the test support and the generated clients are
 //! compiled and linked once rather than once per file (CI's build time).
 //!
-//! Four files are test binaries of their own (`Cargo.toml` lists them),
+//! Six files are test binaries of their own (`Cargo.toml` lists them),
 //! because they must not share a process's time with other tests:
 //! `faults.rs` and `postgres_restart.rs` stop and start PostgreSQL;
 //! `soak.rs` loads three replicas for seconds on end; `hostile_soak.rs`
-//! compares latencies measured in two runs. Cargo runs test binaries one
-//! at a time. `tests/structure.rs` checks that every file here is one or
-//! the other.
+//! compares latencies measured in two runs; `browser.rs` drives one
+//! Chromium; `doc_blocks.rs` runs the docs' commands on their fixed
+//! ports. Cargo runs test binaries one at a time. `tests/structure.rs`
+//! checks that every file here is one or the other.
 //!
 //! One file's tests: `cargo test --test integration flows::`.
 
