@@ -198,25 +198,65 @@ pub struct TaskMetrics {
     unfinished: Family<StateOnlyLabels, Gauge>,
 }
 
+/// The `state` label's values: every `TaskState`, by number.
+const TASK_STATES: usize = 9;
+
+/// One agent's task counters, each taken from its family the first time
+/// it counts (a label set appears in the exposition only once it has
+/// counted), as [`RpcHandles`] are: a commit's counts are then atomic
+/// adds, where the families hash the labels under a lock for each (a
+/// send counts four: the task created, SUBMITTED, WORKING, COMPLETED).
+/// Made once per served agent by the runtime, for one [`Metrics`].
+pub struct AgentCounters {
+    agent: Arc<str>,
+    created: std::sync::OnceLock<Counter>,
+    states: [std::sync::OnceLock<Counter>; TASK_STATES],
+}
+
+impl AgentCounters {
+    pub fn new(agent: Arc<str>) -> Self {
+        AgentCounters {
+            agent,
+            created: Default::default(),
+            states: Default::default(),
+        }
+    }
+
+    /// The `agent` label: the agent's name.
+    pub fn agent(&self) -> &Arc<str> {
+        &self.agent
+    }
+}
+
 impl TaskMetrics {
     /// A task of `agent` was created (committed).
-    pub fn created(&self, agent: &Arc<str>) {
-        self.created
-            .get_or_create(&AgentLabels {
-                agent: agent.clone(),
+    pub fn created(&self, agent: &AgentCounters) {
+        agent
+            .created
+            .get_or_init(|| {
+                self.created
+                    .get_or_create(&AgentLabels {
+                        agent: agent.agent.clone(),
+                    })
+                    .clone()
             })
             .inc();
     }
 
-    /// A task of `agent` reached `state` (a committed status change; its
-    /// ProtoJSON name).
-    pub fn reached(&self, agent: &Arc<str>, state: &'static str) {
-        self.states
-            .get_or_create(&StateLabels {
-                agent: agent.clone(),
-                state,
-            })
-            .inc();
+    /// A task of `agent` reached `state` (a committed status change).
+    pub fn reached(&self, agent: &AgentCounters, state: crate::proto::TaskState) {
+        let Some(slot) = agent.states.get(state as usize) else {
+            return;
+        };
+        slot.get_or_init(|| {
+            self.states
+                .get_or_create(&StateLabels {
+                    agent: agent.agent.clone(),
+                    state: state.as_str_name(),
+                })
+                .clone()
+        })
+        .inc();
     }
 
     /// A run started: counted until the guard is dropped.

@@ -210,12 +210,7 @@ impl LiveTask {
         }
         let done: Vec<Pending> = loaded.pending.drain(..count).collect();
         if let Some(metrics) = &shared.config.metrics {
-            count_committed(
-                metrics,
-                shared.agent_label(&self.key.tenant),
-                version,
-                &done,
-            );
+            count_committed(metrics, shared.agent(&self.key.tenant), version, &done);
         }
         let mut follow_ups = false;
         for p in done {
@@ -450,7 +445,7 @@ fn outbox_entries(record: &TaskRecord, pending: &[Pending]) -> Vec<OutboxEntry> 
 /// status update's).
 fn count_committed(
     metrics: &crate::metrics::Metrics,
-    agent: &Arc<str>,
+    agent: &crate::metrics::AgentCounters,
     version: u64,
     done: &[Pending],
 ) {
@@ -459,9 +454,7 @@ fn count_committed(
     // streamed, so its first state is counted here, not from that.
     if version == 1 {
         metrics.tasks.created(agent);
-        metrics
-            .tasks
-            .reached(agent, TaskState::Submitted.as_str_name());
+        metrics.tasks.reached(agent, TaskState::Submitted);
     }
     for p in done {
         let status = match p.out.as_ref().and_then(|o| o.payload.as_ref()) {
@@ -469,7 +462,7 @@ fn count_committed(
             _ => None,
         };
         if let Some(state) = status.and_then(|s| TaskState::try_from(s.state).ok()) {
-            metrics.tasks.reached(agent, state.as_str_name());
+            metrics.tasks.reached(agent, state);
         }
     }
 }

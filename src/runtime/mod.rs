@@ -211,11 +211,12 @@ pub(crate) struct Shared {
     pub(crate) keeps_changes: bool,
     /// Whole records are written compact ([`TaskStore::compact_records`]).
     pub(crate) compact_records: bool,
-    /// The `agent` label of each served tenant's tasks (its card's name),
-    /// made once: metrics label tasks by agent, never by free text.
-    agent_labels: HashMap<String, Arc<str>, foldhash::fast::RandomState>,
-    /// The label of a tenant not served.
-    unknown_agent: Arc<str>,
+    /// The `agent` label of each served tenant's tasks (its card's name)
+    /// and its task counters, made once: metrics label tasks by agent,
+    /// never by free text.
+    agents_by_tenant: HashMap<String, crate::metrics::AgentCounters, foldhash::fast::RandomState>,
+    /// Those of a tenant not served.
+    unknown_agent: crate::metrics::AgentCounters,
     /// The store's metrics, for its backend (when metrics are on).
     pub(crate) store_metrics: Option<crate::metrics::BackendMetrics>,
 }
@@ -243,7 +244,14 @@ impl Shared {
     /// `unknown` for a tenant no longer served (a task read back from an
     /// older configuration's store).
     pub(crate) fn agent_label(&self, tenant: &str) -> &Arc<str> {
-        self.agent_labels.get(tenant).unwrap_or(&self.unknown_agent)
+        self.agent(tenant).agent()
+    }
+
+    /// The agent of `tenant`'s tasks, as metrics count them.
+    pub(crate) fn agent(&self, tenant: &str) -> &crate::metrics::AgentCounters {
+        self.agents_by_tenant
+            .get(tenant)
+            .unwrap_or(&self.unknown_agent)
     }
 }
 
@@ -377,12 +385,12 @@ pub(crate) fn update_watched<T>(
 
 impl TaskManager {
     pub fn new(store: Arc<dyn TaskStore>, agents: AgentRouter, config: RuntimeConfig) -> Self {
-        let agent_labels = agents
+        let agents_by_tenant = agents
             .tenants()
             .into_iter()
             .filter_map(|tenant| {
                 let name = agents.route(&tenant)?.card().name;
-                Some((tenant, Arc::from(name)))
+                Some((tenant, crate::metrics::AgentCounters::new(Arc::from(name))))
             })
             .collect();
         let store_metrics = config.metrics.as_ref().map(|m| {
@@ -393,8 +401,8 @@ impl TaskManager {
         let shutdown = CancellationToken::new();
         TaskManager {
             shared: Arc::new(Shared {
-                agent_labels,
-                unknown_agent: Arc::from("unknown"),
+                agents_by_tenant,
+                unknown_agent: crate::metrics::AgentCounters::new(Arc::from("unknown")),
                 store_metrics,
                 agents,
                 config,
