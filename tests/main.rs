@@ -37,6 +37,7 @@ mod full_disk;
 mod fuzz;
 mod hostile;
 mod http_json;
+mod inline_runs;
 mod jsonrpc;
 mod metrics;
 mod mtls;

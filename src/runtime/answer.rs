@@ -104,3 +104,18 @@ impl NewTaskAnswer {
         }
     }
 }
+
+/// The handle owed to the request that sent a follow-up message (spec
+/// §3.4.3): taken by the flush that commits the message, under the task's
+/// lock and before the message's run is admitted, so that its snapshot is
+/// the task as that commit leaves it and its subscription starts there.
+/// Taken by the request once the commit is over instead, a run quick
+/// enough to finish first would be in the snapshot and missing from the
+/// stream.
+pub(crate) struct FollowUpAnswer {
+    pub(crate) history: HistoryLength,
+    pub(crate) subscribe: bool,
+    /// The message's run.
+    pub(crate) run: u64,
+    pub(crate) tx: oneshot::Sender<TaskHandle>,
+}

@@ -18,14 +18,37 @@ impl LiveTask {
     /// none are left: take the next write under the lock, write it without
     /// the lock, then publish what it committed (or handle its failure)
     /// under the lock again.
-    pub(super) async fn flush(self: Arc<Self>, shared: Arc<Shared>) {
+    ///
+    /// Boxed, for its task (tokio copies a future whole on its way into a
+    /// task and as the task ends, and a flush's is large), and typed so,
+    /// as a flush may start another.
+    pub(super) fn flush(
+        self: Arc<Self>,
+        shared: Arc<Shared>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(self.flush_from(shared, false))
+    }
+
+    /// The flush an agent's run owes once the agent is done: its events
+    /// are all in, so the first write is made at once, without the turn a
+    /// background flush gives its emitter (a run's driver, `sink::Driven`). When
+    /// the store answers at once, this commits them without a task of its
+    /// own.
+    pub(super) async fn flush_now(self: Arc<Self>, shared: Arc<Shared>) {
+        self.flush_from(shared, true).await
+    }
+
+    async fn flush_from(self: Arc<Self>, shared: Arc<Shared>, now: bool) {
         // Pending events seen at the last look, while the emitter was still
-        // adding to them.
-        let mut seen = 0;
+        // adding to them; none more are coming when `now` (which makes one
+        // write at most, see below).
+        let mut seen = if now { usize::MAX } else { 0 };
         loop {
             // Let the emitter that started this flush go on first: events it
             // emits right away join this write instead of needing another.
-            tokio::task::yield_now().await;
+            if !now {
+                tokio::task::yield_now().await;
+            }
             let (write, version, count, changes) = match self.next_write(&mut seen, &shared).await {
                 NextWrite::Done => return,
                 NextWrite::Gather => continue,
@@ -55,12 +78,28 @@ impl LiveTask {
             let go_on = match result {
                 Ok(version) => {
                     self.committed(&shared, loaded, &write, version, count, changes);
+                    // Nothing came in during the write: the flush ends
+                    // here, under the lock it holds, rather than after
+                    // another turn and another look.
+                    if loaded.pending.is_empty() {
+                        loaded.flushing = false;
+                        return;
+                    }
                     true
                 }
                 Err(e) => self.write_failed(&shared, loaded, version, e).await,
             };
             if !go_on {
                 *guard = None;
+                return;
+            }
+            if now {
+                // More to write (events from elsewhere, or a write to
+                // retry): a flush of its own takes it, so that the run
+                // that owed this one ends after its own events, however
+                // many others keep coming.
+                drop(guard);
+                tokio::spawn(self.flush(shared));
                 return;
             }
         }
@@ -213,8 +252,10 @@ impl LiveTask {
             count_committed(metrics, shared.agent(&self.key.tenant), version, &done);
         }
         let mut follow_ups = false;
+        let mut handles = Vec::new();
         for p in done {
             self.publish(loaded, p.run, p.out);
+            handles.extend(p.handle_to);
             for n in p.notify {
                 let _ = n.send(Ok(()));
             }
@@ -230,6 +271,12 @@ impl LiveTask {
                 follow_ups = true;
                 self.runs().mark_committed(seq);
             }
+        }
+        // The follow-ups' requests get their handles here, after every
+        // event of the write is published and before their runs may start.
+        for owed in handles {
+            let handle = self.handle(loaded, owed.history, owed.subscribe, Some(owed.run));
+            let _ = owed.tx.send(handle);
         }
         // A follow-up became ready, or a queue waits on a state just
         // committed (terminal: it is dropped).

@@ -350,6 +350,22 @@ impl LiveTask {
         event: TaskEvent,
         author: Author,
     ) -> Result<Commit, ApplyFailure> {
+        let (commit, _) = self.submit_locked_from(shared, guard, event, author, false)?;
+        Ok(commit)
+    }
+
+    /// [`Self::submit_locked`], for an emitter that may start the flush
+    /// itself (`driver`: a run's driver polling its agent, `sink::Driven`): then no flush is spawned, and true says the
+    /// emitter owes one ([`Self::flush`] or [`Self::flush_now`]), which
+    /// it must start before it next waits.
+    pub(crate) fn submit_locked_from(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        guard: &mut StateGuard<'_>,
+        event: TaskEvent,
+        author: Author,
+        driver: bool,
+    ) -> Result<(Commit, bool), ApplyFailure> {
         let loaded = guard.as_mut().expect("submit on a loaded task");
         if author.is_agent()
             && let Some(e) = loaded.failure.take()
@@ -397,14 +413,18 @@ impl LiveTask {
             out,
             notify: vec![tx],
             answer: None,
+            handle_to: None,
         });
+        let mut owed = false;
         if !loaded.flushing {
             loaded.flushing = true;
-            // Boxed: tokio copies a future whole on its way into a task and
-            // as the task ends, and a flush's is large.
-            tokio::spawn(Box::pin(self.clone().flush(shared.clone())));
+            if driver {
+                owed = true;
+            } else {
+                tokio::spawn(self.clone().flush(shared.clone()));
+            }
         }
-        Ok(Commit(rx))
+        Ok((Commit(rx), owed))
     }
 
     /// Accepts `event` and waits for its commit (for client requests).

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::sync::{MutexGuard, broadcast, oneshot};
 
 use super::Shared;
-use super::answer::NewTaskAnswer;
+use super::answer::{FollowUpAnswer, NewTaskAnswer};
 use crate::error::A2aError;
 use crate::lifecycle::{Cause, Change, TaskEvent, TaskRecord, TransitionPolicy};
 use crate::proto::{StreamResponse, Task, TaskState};
@@ -124,6 +124,8 @@ pub(super) struct Pending {
     /// The creating request's answer, when this event's write creates the
     /// task.
     pub(super) answer: Option<NewTaskAnswer>,
+    /// The handle owed to the request that sent this follow-up message.
+    pub(super) handle_to: Option<FollowUpAnswer>,
 }
 
 impl Loaded {

@@ -1,10 +1,28 @@
 //! Starting and supervising executor runs.
 //!
-//! Each run is one tokio task that polls the executor under
-//! `catch_unwind`, so an executor that panics never unwinds into the server
-//! and its task is FAILED by [`RunSink::finish`]. (A supervisor task
-//! awaiting a second task's `JoinHandle` would do the same at the cost of
-//! another spawn and wake-up per run.)
+//! Each run is one future that polls the executor under `catch_unwind`, so
+//! an executor that panics never unwinds into the server and its task is
+//! FAILED by [`RunSink::finish`]. (A supervisor task awaiting a second
+//! task's `JoinHandle` would do the same at the cost of another spawn and
+//! wake-up per run.)
+//!
+//! A new message's run is polled first by the request that sent it
+//! ([`start_new`]); only if it is not over after that poll is it moved to
+//! a task of its own, before the request waits for anything. So a client
+//! that goes away never stops an agent (it can only go away while the
+//! request waits, and by then the run has its task), and a slow agent
+//! never holds a request; but an agent that is done at once (the bench
+//! agent, any agent that answers from what it has) costs no task (issue
+//! 32). The events an agent emits while its run's driver polls it
+//! ([`Driven`], in the sink) leave their flush to the driver: it starts the flush in a
+//! task of its own as soon as the agent waits, which gathers every event
+//! of the poll into one write as the flush's own turn did, or runs it
+//! itself once the agent is done, which with a store that answers at once
+//! commits them without a task either.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use std::sync::Arc;
 
@@ -15,7 +33,7 @@ use tracing::Instrument;
 use super::answer::NewMessageReply;
 use super::live::RunRequest;
 use super::origin::MessageClaim;
-use super::sink::{RunSink, SinkInner, SinkMode};
+use super::sink::{Driven, RunSink, SinkInner, SinkMode};
 use super::{LOST_MESSAGE_FAILURE, SendOutcome, Shared, TaskKey};
 use crate::agent::{AgentExecutor, RequestContext};
 use crate::error::A2aError;
@@ -35,7 +53,14 @@ pub(super) async fn start_new(
     claim: MessageClaim,
 ) -> Result<SendOutcome, A2aError> {
     let run = new_run(shared, tenant, owner, request, history, subscribe, claim);
-    spawn(shared, run.agent, run.ctx, run.mode, &run.trace);
+    let mut execution = prepare(shared, run.agent, run.ctx, run.mode, &run.trace);
+    // One poll here, in the request, then a task of its own if the run
+    // is not over: nothing is awaited in between, so the request cannot
+    // be dropped with the run half started.
+    let over = std::future::poll_fn(|cx| Poll::Ready(execution.as_mut().poll(cx).is_ready())).await;
+    if !over {
+        tokio::spawn(execution);
+    }
     answer(run.answer).await
 }
 
@@ -157,6 +182,23 @@ pub(super) fn spawn(
     mode: SinkMode,
     trace: &RunTrace,
 ) {
+    tokio::spawn(prepare(shared, agent, ctx, mode, trace));
+}
+
+/// A run of `agent` on `ctx`, as a future to poll or spawn: boxed, since
+/// tokio copies a future whole on its way into a task and as the task
+/// ends, and a run's holds the agent's request and its sink.
+type Run = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The run of `agent` on `ctx` with a sink in `mode`, in a `run` span that
+/// continues `trace`; its run counted from now.
+fn prepare(
+    shared: &Arc<Shared>,
+    agent: Arc<dyn AgentExecutor>,
+    ctx: RequestContext,
+    mode: SinkMode,
+    trace: &RunTrace,
+) -> Run {
     let (span, carried) = trace.start(
         &ctx.tenant,
         &ctx.task_id,
@@ -169,17 +211,18 @@ pub(super) fn spawn(
     let timeout = shared.config.task_timeout;
     let running = RunningGuard::new(shared, &sink.inner.key);
     let counted = shared.config.metrics.as_ref().map(|m| m.tasks.run());
-    // Boxed: tokio copies a future whole on its way into a task and as the
-    // task ends, and a run's holds the agent's request and its sink.
-    tokio::spawn(Box::pin(
+    Box::pin(
         async move {
             let _running = running;
             let _counted = counted;
             // The executor's future is polled only here; a panic in it leaves
             // nothing half-updated that this task reads afterwards (the sink's
             // state is behind its own locks).
-            let mut execution =
-                std::panic::AssertUnwindSafe(agent.execute(ctx, sink.handle())).catch_unwind();
+            let mut execution = Driven {
+                sink: &sink,
+                agent: std::panic::AssertUnwindSafe(agent.execute(ctx, sink.handle()))
+                    .catch_unwind(),
+            };
             let result = match timeout {
                 None => execution.await,
                 Some(limit) => tokio::select! {
@@ -208,10 +251,13 @@ pub(super) fn spawn(
                 }
             };
             tracing::debug!(task_id = %sink.inner.key.id, "agent run ended");
+            // Whatever the agent emitted in its last poll, committed
+            // before the run's end looks at its task.
+            sink.flush_owed_now().await;
             sink.finish(failure).await;
         }
         .instrument(span),
-    ));
+    )
 }
 
 /// The sink of a run on `ctx`, starting in `mode`.
@@ -234,6 +280,7 @@ fn sink(
             follow_up: matches!(mode, SinkMode::Live { .. }),
             mode: Mutex::new(mode),
             trace,
+            owed_flush: Default::default(),
         }),
     }
 }

@@ -211,6 +211,15 @@ impl TaskManager {
             Author::Server(Cause::FollowUp),
         )?;
         let run = live.queue_run_locked(&mut state, request);
+        let (tx, handle) = tokio::sync::oneshot::channel();
+        if let Some(last) = state.as_mut().and_then(|l| l.pending.last_mut()) {
+            last.handle_to = Some(answer::FollowUpAnswer {
+                history,
+                subscribe,
+                run,
+                tx,
+            });
+        }
         if self.shared.replicas().is_some() {
             self.shared
                 .queued
@@ -244,14 +253,12 @@ impl TaskManager {
             }
             Err(e) => return Err(store_error(e)),
         }
-        let mut state = live.lock_loaded(&self.shared).await?;
-        let loaded = state.as_mut().expect("loaded");
-        Ok(SendOutcome::Task(Box::new(live.handle(
-            loaded,
-            history,
-            subscribe,
-            Some(run),
-        ))))
+        // Sent by the flush that committed the message, under the lock it
+        // committed it under.
+        let handle = handle.await.map_err(|_| {
+            A2aError::Internal("a committed follow-up's handle was not sent".into())
+        })?;
+        Ok(SendOutcome::Task(Box::new(handle)))
     }
 
     /// Waits until the task reaches a terminal state, or an interrupted

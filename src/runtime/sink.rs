@@ -7,7 +7,11 @@
 //! subscription, and only then changed by the event. After that every event
 //! goes through `LiveTask::submit_locked`.
 
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::sync::Mutex;
 
@@ -87,6 +91,10 @@ pub(crate) struct SinkInner {
     /// The `traceparent` the run's writes leave on its task, for its
     /// webhooks ([`crate::telemetry::RunTrace::start`]).
     pub(crate) trace: Option<String>,
+    /// The flush the run's driver owes for events its agent emitted while
+    /// it polled it ([`Driven`]): started as the poll ends, or run by
+    /// the driver itself once the agent is done.
+    pub(crate) owed_flush: std::sync::Mutex<Option<Arc<LiveTask>>>,
 }
 
 /// A run's sink: the [`SinkTarget`] behind the executor's [`EventSink`],
@@ -224,9 +232,20 @@ impl RunSink {
         {
             loaded.record.trace = trace.clone();
         }
-        let commit = live
-            .submit_locked(shared, &mut state, event, author)
+        // Emitted from the poll of the run's own driver: the driver
+        // starts the flush once the poll is over (with everything the
+        // agent emits in it), or runs it itself when the agent is done.
+        let driver = driving(&self.inner);
+        let (commit, owed) = live
+            .submit_locked_from(shared, &mut state, event, author, driver)
             .map_err(|f| sink_error(&self.inner.key.id, f))?;
+        if owed {
+            *self
+                .inner
+                .owed_flush
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
+        }
         let answer = match mode {
             SinkMode::Live { answer, .. } => answer.take(),
             _ => None,
@@ -295,6 +314,31 @@ impl RunSink {
             answer: Some(answer),
         };
         live
+    }
+
+    fn owed_flush(&self) -> Option<Arc<LiveTask>> {
+        self.inner
+            .owed_flush
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Starts the flush the driver owes, in a task of its own: the agent
+    /// waits for something, and its events must not wait with it.
+    pub(crate) fn start_owed_flush(&self) {
+        if let Some(live) = self.owed_flush() {
+            tokio::spawn(live.flush(self.inner.shared.clone()));
+        }
+    }
+
+    /// Runs the flush the driver owes, the agent being done: with a store
+    /// that answers at once, its events are committed (and a creating
+    /// request answered) before this returns.
+    pub(crate) async fn flush_owed_now(&self) {
+        if let Some(live) = self.owed_flush() {
+            live.flush_now(self.inner.shared.clone()).await;
+        }
     }
 
     /// `--task-timeout` expired: a task still active is FAILED with
@@ -485,5 +529,53 @@ impl RunSink {
             )));
         }
         *mode = SinkMode::Done;
+    }
+}
+
+thread_local! {
+    /// The sink whose agent a run's driver is polling on this thread now
+    /// ([`Driven`]), null when none: its events' flush is the driver's to
+    /// start. A thread-local, not a field: an agent may hand its sink to a
+    /// task of its own, whose events no driver is there to flush.
+    static DRIVING: Cell<*const SinkInner> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Whether the run of `sink` is being polled by its driver on this thread
+/// now ([`RunSink`]'s emits ask).
+fn driving(sink: &SinkInner) -> bool {
+    DRIVING.with(|d| std::ptr::eq(d.get(), sink))
+}
+
+/// A run's agent, polled with its sink marked as driven: the events it
+/// emits in a poll leave their flush to this driver, which starts it in a
+/// task of its own once the poll ends with the agent waiting (so they are
+/// committed however long it waits), and leaves it to the run's end
+/// ([`RunSink::flush_owed_now`]) when the poll ends the agent.
+pub(crate) struct Driven<'a, F> {
+    pub(crate) sink: &'a RunSink,
+    pub(crate) agent: F,
+}
+
+impl<F: Future + Unpin> Future for Driven<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        /// Puts back the sink driven before (an agent may run another
+        /// agent's request inline, through the library), even if the poll
+        /// unwinds.
+        struct Restore(*const SinkInner);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                DRIVING.with(|d| d.set(self.0));
+            }
+        }
+        let this = &mut *self;
+        let restore = Restore(DRIVING.with(|d| d.replace(Arc::as_ptr(&this.sink.inner))));
+        let poll = Pin::new(&mut this.agent).poll(cx);
+        drop(restore);
+        if poll.is_pending() {
+            this.sink.start_owed_flush();
+        }
+        poll
     }
 }
