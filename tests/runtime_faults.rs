@@ -526,3 +526,52 @@ async fn a_queued_follow_up_runs_after_the_store_could_not_be_read() {
     assert_eq!(state_of(&answered), TaskState::Completed, "{answered:?}");
     assert_eq!(status_text(&answered), "answered");
 }
+
+/// An agent's last events, emitted in one poll after its earlier ones
+/// were committed and their flush was over, are written by its run's end
+/// (`sink::Driven`, issue 32). When that write fails, the task is failed
+/// naming the store's error as the agent's last changes lost, not as an
+/// agent that stopped while WORKING. (With the write made before the
+/// run's end took its barrier, the lost changes went unreported.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_of_a_runs_last_events_names_the_store_error() {
+    let agent = Arc::new(Gated {
+        gate: tokio::sync::Notify::new(),
+        working: tokio::sync::Notify::new(),
+    });
+    let (server, store) = flaky_server_with(agent.clone()).await;
+    let mut client = server.client().await;
+    let task = within(
+        "send",
+        send_task(&mut client, request("", user_message("go"), true)),
+    )
+    .await;
+    within("working", agent.working.notified()).await;
+    // WORKING committed (its flush ends under the lock of that write, so
+    // it is over once the event is out): in the snapshot, or the next event.
+    let mut stream = within(
+        "subscribe",
+        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
+            tenant: String::new(),
+            id: task.id.clone(),
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let snapshot = within("snapshot", stream.message()).await.unwrap().unwrap();
+    if describe(&snapshot) != "task:TASK_STATE_WORKING" {
+        let next = within("working", stream.message()).await.unwrap().unwrap();
+        assert_eq!(describe(&next), "status:TASK_STATE_WORKING");
+    }
+    store.fail.store(true, Ordering::SeqCst);
+    agent.gate.notify_one();
+    let (_, failed) = settled(&mut client, "", &task.id).await;
+    assert_eq!(state_of(&failed), TaskState::Failed);
+    let text = status_text(&failed);
+    assert!(
+        text.contains("last changes could not be stored") && text.contains("(injected)"),
+        "the status names the lost changes and the store's error: {text}"
+    );
+    server.stop().await;
+}

@@ -14,11 +14,11 @@
 //! never holds a request; but an agent that is done at once (the bench
 //! agent, any agent that answers from what it has) costs no task (issue
 //! 32). The events an agent emits while its run's driver polls it
-//! ([`Driven`], in the sink) leave their flush to the driver: it starts the flush in a
-//! task of its own as soon as the agent waits, which gathers every event
-//! of the poll into one write as the flush's own turn did, or runs it
-//! itself once the agent is done, which with a store that answers at once
-//! commits them without a task either.
+//! ([`Driven`], in the sink) leave their flush to the driver: it starts
+//! the flush in a task of its own as soon as the agent waits, which
+//! gathers every event of the poll into one write as the flush's own turn
+//! did, or runs it itself at the run's end ([`RunSink::finish`]), which
+//! with a store that answers at once commits them without a task either.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -251,9 +251,8 @@ fn prepare(
                 }
             };
             tracing::debug!(task_id = %sink.inner.key.id, "agent run ended");
-            // Whatever the agent emitted in its last poll, committed
-            // before the run's end looks at its task.
-            sink.flush_owed_now().await;
+            // What the agent emitted in its last poll is written by the
+            // run's end, once it has its barrier on it.
             sink.finish(failure).await;
         }
         .instrument(span),

@@ -335,7 +335,7 @@ impl RunSink {
     /// Runs the flush the driver owes, the agent being done: with a store
     /// that answers at once, its events are committed (and a creating
     /// request answered) before this returns.
-    pub(crate) async fn flush_owed_now(&self) {
+    async fn flush_owed_now(&self) {
         if let Some(live) = self.owed_flush() {
             live.flush_now(self.inner.shared.clone()).await;
         }
@@ -407,6 +407,12 @@ impl RunSink {
             None => (None, None),
             Some(live) => self.what_the_end_calls_for(live, &failure).await,
         };
+        // The agent's last events, when its last poll left their flush to
+        // the run (`Driven`): written only now, after the barrier above was
+        // taken on them, so that a write that fails is reported as this
+        // run's last changes lost (`settle_last_events`), and before any
+        // event of the end waits for its commit.
+        self.flush_owed_now().await;
         match reason {
             // The agent never answered, failed, or left its task active.
             Some(reason) => self.fail_at_end(live.as_ref(), reason).await,
