@@ -31,9 +31,9 @@ impl LiveTask {
 
     /// The flush an agent's run owes once the agent is done: its events
     /// are all in, so the first write is made at once, without the turn a
-    /// background flush gives its emitter (a run's driver, `sink::Driven`). When
-    /// the store answers at once, this commits them without a task of its
-    /// own.
+    /// background flush gives its emitter (a run's driver,
+    /// `sink::Driven`). When the store answers at once, this commits them
+    /// without a task of its own.
     pub(super) async fn flush_now(self: Arc<Self>, shared: Arc<Shared>) {
         self.flush_from(shared, true).await
     }

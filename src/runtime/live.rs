@@ -355,7 +355,8 @@ impl LiveTask {
     }
 
     /// [`Self::submit_locked`], for an emitter that may start the flush
-    /// itself (`driver`: a run's driver polling its agent, `sink::Driven`): then no flush is spawned, and true says the
+    /// itself (`driver`: a run's driver polling its agent,
+    /// `sink::Driven`): then no flush is spawned, and true says the
     /// emitter owes one ([`Self::flush`] or [`Self::flush_now`]), which
     /// it must start before it next waits.
     pub(crate) fn submit_locked_from(
