@@ -82,6 +82,19 @@ const FANOUT_SUBSCRIBERS: [usize; 4] = [1, 64, 256, 2048];
 /// Subscribers per connection in the fan-out rows: the server's default
 /// `--max-streams-per-connection`.
 const STREAMS_PER_CONNECTION: usize = 256;
+
+/// A server takes [`STREAMS_PER_CONNECTION`] streams per connection (h2
+/// refuses the rest, which a fan-out run would count as lost): a fan-out
+/// run spreads its subscribers over as many connections as they need, as
+/// many clients would.
+fn spread_subscribers(args: &mut RunArgs) {
+    if args.workload == Workload::Fanout {
+        args.load.connections = args
+            .load
+            .connections
+            .max(args.subscribers.div_ceil(STREAMS_PER_CONNECTION));
+    }
+}
 /// Fan-out rounds at least, however short `--duration` is: one round of
 /// K=200 is over in about a millisecond, too short to time alone.
 const FANOUT_MIN_ROUNDS: u32 = 5;
@@ -238,7 +251,9 @@ struct RunArgs {
     /// The server's process id: CPU time per request and peak RSS.
     #[arg(long)]
     server_pid: Option<u32>,
-    /// Fan-out subscribers (N).
+    /// Fan-out subscribers (N), spread over at least N / 256 connections
+    /// (a server takes 256 streams per connection by default; h2 refuses
+    /// the rest).
     #[arg(long, default_value_t = 64)]
     subscribers: usize,
     /// Fan-out updates (K).
@@ -1444,13 +1459,7 @@ async fn suite(args: &SuiteArgs, split: Option<(String, String)>) -> Result<(), 
                 let mut args = run(server, Workload::Fanout);
                 args.subscribers = n;
                 args.updates = 200;
-                // A server takes MAX_CONCURRENT_STREAMS streams per
-                // connection (h2 refuses the rest): spread the subscribers
-                // as many clients would.
-                args.load.connections = args
-                    .load
-                    .connections
-                    .max(n.div_ceil(STREAMS_PER_CONNECTION));
+                spread_subscribers(&mut args);
                 args
             };
             let ob = run_workload(&fanout(&bare)).await?;
@@ -2320,7 +2329,8 @@ fn main() -> Result<(), AnyError> {
         .build()?;
     runtime.block_on(async {
         match cli.command {
-            Cmd::Run(args) => {
+            Cmd::Run(mut args) => {
+                spread_subscribers(&mut args);
                 let outcome = run_workload(&args).await?;
                 let name = format!("{:?}", args.workload).to_lowercase();
                 println!("| workload | requests | req/s | events | lost | p50 µs | p99 µs | server CPU µs/req | peak RSS |");
