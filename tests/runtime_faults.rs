@@ -549,17 +549,7 @@ async fn a_failed_write_of_a_runs_last_events_names_the_store_error() {
     within("working", agent.working.notified()).await;
     // WORKING committed (its flush ends under the lock of that write, so
     // it is over once the event is out): in the snapshot, or the next event.
-    let mut stream = within(
-        "subscribe",
-        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
-        }),
-    )
-    .await
-    .unwrap()
-    .into_inner();
-    let snapshot = within("snapshot", stream.message()).await.unwrap().unwrap();
+    let (snapshot, mut stream) = support::subscribed(&mut client, "", &task.id).await;
     if describe(&snapshot) != "task:TASK_STATE_WORKING" {
         let next = within("working", stream.message()).await.unwrap().unwrap();
         assert_eq!(describe(&next), "status:TASK_STATE_WORKING");

@@ -22,9 +22,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
-
 use std::sync::Arc;
+use std::task::Poll;
 
 use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};

@@ -556,18 +556,28 @@ pub async fn subscribed_while_working(
     )
     .await;
     within("working", working.notified()).await;
+    let (_, stream) = subscribed(client, "", &task.id).await;
+    (task, stream)
+}
+
+/// A subscription to task `id`, with the snapshot it opens with.
+pub async fn subscribed(
+    client: &mut Client,
+    tenant: &str,
+    id: &str,
+) -> (StreamResponse, Streaming<StreamResponse>) {
     let mut stream = within(
         "subscribe",
         client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: task.id.clone(),
+            tenant: tenant.into(),
+            id: id.into(),
         }),
     )
     .await
     .unwrap()
     .into_inner();
-    within("snapshot", stream.message()).await.unwrap().unwrap();
-    (task, stream)
+    let snapshot = within("snapshot", stream.message()).await.unwrap().unwrap();
+    (snapshot, stream)
 }
 
 /// Reads `stream` to its error (a store's failure ends a task's streams
