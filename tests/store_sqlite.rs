@@ -286,11 +286,27 @@ mod migrations {
 
     use a2a_lifecycle::store::{SqliteStore, TaskStore};
 
+    /// The schema version a database opened by this build has: one per
+    /// migration in `migrations/sqlite`.
+    fn latest_schema() -> i64 {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite");
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "sql")
+            })
+            .count() as i64
+    }
+
     /// A database written by the release before long tasks (schema 8:
     /// `tests/fixtures/sqlite-schema-8.sql`, made by `serve` at ea82b54
     /// with the demo agents: a completed test run, a code review waiting
     /// for input, a bench fan-out of 20 updates, a rejected deploy) opens
-    /// at schema 9 and reads every task as it was; its waiting task then
+    /// at the latest schema and reads every task as it was; its waiting task then
     /// takes writes of changes (issue "long-lived tasks"), read back
     /// whole, also after a restart.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,7 +343,16 @@ mod migrations {
         let schema: i64 = side
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(schema, 9);
+        assert_eq!(schema, latest_schema());
+        // 0010: the open-tasks index rebuilt without its IN list.
+        let open_index: String = side
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE name = 'tasks_open_by_owner'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(open_index.contains("BETWEEN 1 AND 2"), "{open_index}");
         let changes: i64 = side
             .query_row("SELECT COUNT(*) FROM task_changes", [], |r| r.get(0))
             .unwrap();
@@ -384,7 +409,7 @@ mod migrations {
         let version: i64 = side
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 9);
+        assert_eq!(version, latest_schema());
         let quarantine: i64 = side
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE name = 'quarantine'",

@@ -9,7 +9,7 @@ mod states;
 pub(crate) use dialect::{Dialect, Param, Postgres, Sqlite};
 pub(crate) use list::{count_query, page_query};
 pub(crate) use states::{
-    OPEN_STATES_SQL, WAITING_STATES_SQL, counted, state_list, unfinished_counts,
+    OPEN_STATES_SQL, OPEN_STATES_SQLITE, WAITING_STATES_SQL, counted, state_list, unfinished_counts,
 };
 
 /// A statement and the values bound to it, built a piece at a time (the

@@ -4,10 +4,17 @@
 use crate::lifecycle::{StateClass, classify};
 use crate::proto::TaskState;
 
-/// The SQL backends' condition for a task that has not ended: the same
-/// terms as their `tasks_open_by_owner` index's (migration 0008), which a
-/// query must repeat for the index to serve it.
+/// PostgreSQL's condition for a task that has not ended: the same terms
+/// as its `tasks_open_by_owner` index's (migration 0008), which a query
+/// must repeat for the index to serve it.
 pub(crate) const OPEN_STATES_SQL: &str = "state IN (1, 2, 6, 8)";
+/// SQLite's, the same states without an `IN` list of more than two
+/// constants (SQLite migration 0010): SQLite evaluates such a list by
+/// building a temporary B-tree of it, and a partial index's condition is
+/// evaluated for every row written. Not four equalities ORed either: a
+/// ListTasks query's `state = ?` would imply them, and SQLite would read
+/// this index and sort instead of reading the list's index in order.
+pub(crate) const OPEN_STATES_SQLITE: &str = "(state BETWEEN 1 AND 2 OR state IN (6, 8))";
 /// ... and for a task waiting for input.
 pub(crate) const WAITING_STATES_SQL: &str = "state IN (6, 8)";
 

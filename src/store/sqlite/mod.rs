@@ -413,6 +413,57 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
+    /// The open-tasks quota's count reads `tasks_open_by_owner` (its
+    /// query names the index, so it fails to prepare if its condition no
+    /// longer implies the index's, migration 0010) and counts the tasks
+    /// that have not ended, each of its four states, and no others; also
+    /// once the tasks have moved from one class to the other by updates,
+    /// which evaluate the index's condition before and after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_open_task_count_reads_its_index() {
+        let path = std::env::temp_dir()
+            .join("a2a-lifecycle-unit")
+            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        let owner = crate::store::Owner::new("u").unwrap();
+        let mut records = Vec::new();
+        for (i, state) in TaskState::REAL.iter().enumerate() {
+            let message = crate::proto::Message {
+                message_id: format!("m{i}"),
+                ..Default::default()
+            };
+            let mut record = crate::lifecycle::TaskRecord::submitted(
+                format!("t{i}"),
+                "c".into(),
+                message,
+                Timestamp::default(),
+            );
+            record.task.status.as_mut().unwrap().state = *state as i32;
+            record.owner = "u".into();
+            store.create("t", &record).await.unwrap();
+            records.push(record);
+        }
+        // SUBMITTED, WORKING, INPUT_REQUIRED, AUTH_REQUIRED.
+        assert_eq!(store.count_open_owned_by(&owner, 100).await.unwrap(), 4);
+        assert_eq!(store.count_open_owned_by(&owner, 3).await.unwrap(), 3);
+        // Every task moved to the other class: the open ones end, the
+        // ended ones are (as no runtime would) made WORKING again.
+        for record in &mut records {
+            let state = record.task.status.as_ref().unwrap().state;
+            let terminal = crate::lifecycle::state_from_i32(state)
+                .unwrap()
+                .is_terminal();
+            record.task.status.as_mut().unwrap().state = if terminal {
+                TaskState::Working
+            } else {
+                TaskState::Completed
+            } as i32;
+            store.update("t", record, 1).await.unwrap();
+        }
+        assert_eq!(store.count_open_owned_by(&owner, 100).await.unwrap(), 4);
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// Every combination of the owner, context and state filters.
     fn filter_combinations() -> Vec<(
         Option<&'static str>,

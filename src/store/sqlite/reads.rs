@@ -330,7 +330,7 @@ pub(super) async fn count_open_owned_by(
     let sql = format!(
         "SELECT COUNT(*) FROM (SELECT 1 FROM tasks INDEXED BY tasks_open_by_owner \
          WHERE owner = ?1 AND {} LIMIT ?2)",
-        sql::OPEN_STATES_SQL
+        sql::OPEN_STATES_SQLITE
     );
     let owner = owner.as_bytes().to_vec();
     let at_most = i64::try_from(at_most).unwrap_or(i64::MAX);

@@ -34,6 +34,9 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(include_str!(
         "../../../migrations/sqlite/0009_task_changes.sql"
     )),
+    M::up(include_str!(
+        "../../../migrations/sqlite/0010_open_tasks_without_in_list.sql"
+    )),
 ];
 
 /// Makes a database created by earlier versions of this server, which

@@ -107,7 +107,8 @@ pub struct InstructionsArgs {
     /// column each, per `--requests` requests.
     #[arg(long, num_args = 1..)]
     parts_of: Vec<PathBuf>,
-    /// More arguments for `a2a-lifecycle serve` (after `--`).
+    /// More arguments for `a2a-lifecycle serve` (after `--`); a `--store`
+    /// among them replaces the default memory store.
     #[arg(last = true)]
     serve_args: Vec<String>,
 }
@@ -288,18 +289,17 @@ async fn count(
     match target {
         Target::Lifecycle => {
             argv.push(sibling("a2a-lifecycle").display().to_string());
-            argv.extend(
-                [
-                    "serve",
-                    "--store",
-                    "memory",
-                    "--default-agent",
-                    "bench",
-                    "--listen",
-                    "127.0.0.1:0",
-                ]
-                .map(String::from),
-            );
+            argv.push("serve".into());
+            // `-- --store sqlite:PATH` counts another store: the memory
+            // store is only the default.
+            if !args
+                .serve_args
+                .iter()
+                .any(|a| a == "--store" || a.starts_with("--store="))
+            {
+                argv.extend(["--store", "memory"].map(String::from));
+            }
+            argv.extend(["--default-agent", "bench", "--listen", "127.0.0.1:0"].map(String::from));
             argv.extend(args.serve_args.iter().cloned());
         }
         Target::Peer => {

@@ -10,6 +10,19 @@ use super::{Row, StatementFailure, WriteOutcome, WriteRequest};
 use crate::lifecycle::StateClass;
 use crate::store::sql::state_list;
 
+/// A new task's row.
+const INSERT_TASK: &str = "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
+     status_nanos, origin_message_id, owner, version, record) \
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)";
+/// A task's row after a whole write.
+const UPDATE_WHOLE: &str = "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
+     status_nanos = ?, version = version + 1, record = ?, changes_bytes = ? \
+     WHERE tenant = ? AND id = ? AND version = ?";
+/// A task's row after a write of changes.
+const UPDATE_CHANGES: &str = "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
+     status_nanos = ?, version = version + 1, changes_bytes = changes_bytes + ? \
+     WHERE tenant = ? AND id = ? AND version = ?";
+
 /// One write inside the batch's transaction. A write refused for a taken
 /// id, origin or version is an `Ok` outcome.
 pub(super) fn apply(
@@ -69,23 +82,17 @@ fn create(
             WriteOutcome::OriginTaken(existing)
         });
     }
-    let inserted = db
-        .prepare_cached(
-            "INSERT INTO tasks (tenant, id, context_id, state, status_seconds, \
-             status_nanos, origin_message_id, owner, version, record) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
-        )?
-        .execute(params![
-            row.tenant,
-            row.id,
-            row.context_id,
-            row.state,
-            row.status.0,
-            row.status.1,
-            row.origin,
-            row.owner,
-            &record[..],
-        ]);
+    let inserted = db.prepare_cached(INSERT_TASK)?.execute(params![
+        row.tenant,
+        row.id,
+        row.context_id,
+        row.state,
+        row.status.0,
+        row.status.1,
+        row.origin,
+        row.owner,
+        &record[..],
+    ]);
     match inserted {
         Ok(_) => {}
         Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
@@ -143,12 +150,7 @@ fn update(
         Body::Changes(changes) => (&[], changes.len() as i64, false),
     };
     let changed = if whole {
-        db.prepare_cached(
-            "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
-             status_nanos = ?, version = version + 1, record = ?, changes_bytes = ? \
-             WHERE tenant = ? AND id = ? AND version = ?",
-        )?
-        .execute(params![
+        db.prepare_cached(UPDATE_WHOLE)?.execute(params![
             row.context_id,
             row.state,
             row.status.0,
@@ -160,12 +162,7 @@ fn update(
             expected_version,
         ])?
     } else {
-        db.prepare_cached(
-            "UPDATE tasks SET context_id = ?, state = ?, status_seconds = ?, \
-             status_nanos = ?, version = version + 1, changes_bytes = changes_bytes + ? \
-             WHERE tenant = ? AND id = ? AND version = ?",
-        )?
-        .execute(params![
+        db.prepare_cached(UPDATE_CHANGES)?.execute(params![
             row.context_id,
             row.state,
             row.status.0,
@@ -290,4 +287,45 @@ fn purge(
         origins.reload(db).map_err(StatementFailure::Abort)?;
     }
     Ok(WriteOutcome::Purged(n as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The opcodes SQLite compiles `sql` to, on a database of the current
+    /// schema.
+    fn opcodes(sql: &str) -> Vec<String> {
+        let mut db = rusqlite::Connection::open_in_memory().unwrap();
+        crate::store::sqlite::schema::migrate(&mut db).unwrap();
+        let mut explain = db.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        // EXPLAIN runs nothing: its parameters may stay NULL.
+        let unbound = vec![rusqlite::types::Null; explain.parameter_count()];
+        explain
+            .query_map(rusqlite::params_from_iter(unbound), |r| {
+                r.get::<_, String>(1)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// A task's row is written without a temporary table: a partial
+    /// index's condition is evaluated for every row written (for an
+    /// update, for the row before and after), and SQLite evaluates
+    /// `x IN (a, b, c, ...)` of more than two constants by building an
+    /// ephemeral B-tree of them first, each time the statement runs
+    /// (callgrind: about 19,000 instructions of the writer's per new
+    /// task, a fifth of its whole write).
+    #[test]
+    fn a_tasks_writes_build_no_temporary_table() {
+        for sql in [INSERT_TASK, UPDATE_WHOLE, UPDATE_CHANGES] {
+            let ops = opcodes(sql);
+            assert!(ops.iter().any(|op| op == "IdxInsert"), "{sql}: {ops:?}");
+            assert!(
+                !ops.iter().any(|op| op == "OpenEphemeral"),
+                "{sql} builds a temporary table: {ops:?}"
+            );
+        }
+    }
 }
