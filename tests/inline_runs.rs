@@ -157,6 +157,34 @@ async fn a_run_done_in_its_first_poll_spawns_nothing() {
     assert_eq!(task.artifacts.len(), 1);
 }
 
+/// The agent is done within its first poll and its run then waits only
+/// for the store's write (SQLite's writer thread): the request goes on
+/// driving the run while it waits for its answer, so the run needs no
+/// task of its own (before: one per send, woken by the writer and then
+/// waking the request in turn).
+#[cfg(tokio_unstable)]
+#[tokio::test]
+async fn a_run_waiting_for_its_write_is_driven_by_its_request() {
+    let release = Arc::new(Notify::new());
+    let dir = support::certs::scratch_dir("inline-runs-sqlite");
+    let store = a2a_lifecycle::store::SqliteStore::open(dir.join("tasks.db"))
+        .await
+        .expect("the database opens");
+    let manager = TaskManager::new(Arc::new(store), agents(&release), RuntimeConfig::default());
+    send(&manager, "at-once").await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.spawned_tasks_count();
+    let task = send(&manager, "at-once").await.snapshot;
+    let spawned = metrics.spawned_tasks_count() - before;
+    assert_eq!(
+        spawned, 0,
+        "tasks spawned by a send whose run waits only for its write"
+    );
+    let task = stored(&manager, &task.id).await;
+    assert_eq!(state_of(&task), TaskState::Completed);
+    assert_eq!(task.artifacts.len(), 1);
+}
+
 /// An agent whose events come from a task it spawned (not from the poll
 /// that runs it inline) still has them committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,14 +6,14 @@
 //! task's `JoinHandle` would do the same at the cost of another spawn and
 //! wake-up per run.)
 //!
-//! A new message's run is polled first by the request that sent it
-//! ([`start_new`]); only if it is not over after that poll is it moved to
-//! a task of its own, before the request waits for anything. So a client
-//! that goes away never stops an agent (it can only go away while the
-//! request waits, and by then the run has its task), and a slow agent
-//! never holds a request; but an agent that is done at once (the bench
-//! agent, any agent that answers from what it has) costs no task (issue
-//! 32). The events an agent emits while its run's driver polls it
+//! A new message's run is driven by the request that sent it
+//! ([`start_new`]) while the request waits for its answer; what is left
+//! of the run once the request is answered, or dropped, is moved to a
+//! task of its own. So a client that goes away never stops an agent, and
+//! a slow agent never holds a request past its answer; but an agent that
+//! is done at once (the bench agent, any agent that answers from what it
+//! has) costs no task, with the memory store or a durable one whose
+//! writer answers from its own thread (issue 32). The events an agent emits while its run's driver polls it
 //! ([`Driven`], in the sink) leave their flush to the driver: it starts
 //! the flush in a task of its own as soon as the agent waits, which
 //! gathers every event of the poll into one write as the flush's own turn
@@ -23,7 +23,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::Context;
 
 use futures_util::FutureExt;
 use tokio::sync::{Mutex, oneshot};
@@ -52,15 +52,55 @@ pub(super) async fn start_new(
     claim: MessageClaim,
 ) -> Result<SendOutcome, A2aError> {
     let run = new_run(shared, tenant, owner, request, history, subscribe, claim);
-    let mut execution = prepare(shared, run.agent, run.ctx, run.mode, &run.trace);
-    // One poll here, in the request, then a task of its own if the run
-    // is not over: nothing is awaited in between, so the request cannot
-    // be dropped with the run half started.
-    let over = std::future::poll_fn(|cx| Poll::Ready(execution.as_mut().poll(cx).is_ready())).await;
-    if !over {
-        tokio::spawn(execution);
+    let mut execution = Driving(Some(prepare(
+        shared, run.agent, run.ctx, run.mode, &run.trace,
+    )));
+    let mut answer = run.answer;
+    // The request drives the run while it waits for its answer; what is
+    // left of the run once the answer is in, or once the request is
+    // dropped, goes on in a task of its own (`Driving`'s drop).
+    let answered = std::future::poll_fn(|cx| {
+        execution.poll_run(cx);
+        Pin::new(&mut answer).poll(cx)
+    })
+    .await;
+    drop(execution);
+    answered.unwrap_or_else(|_| {
+        Err(A2aError::Internal(
+            "the agent run ended without an answer".into(),
+        ))
+    })
+}
+
+/// A run its request drives, until the run is over or the request is
+/// done with it: then (the request answered, or dropped by a client that
+/// went away) a run not yet over is spawned as it stands, so no client
+/// stops an agent and no agent holds a request past its answer. A run
+/// that only waits for its store's write (a durable store's writer
+/// answers from another thread) costs no task and no second wake-up.
+struct Driving(Option<Run>);
+
+impl Driving {
+    fn poll_run(&mut self, cx: &mut Context<'_>) {
+        if let Some(run) = &mut self.0
+            && run.as_mut().poll(cx).is_ready()
+        {
+            self.0 = None;
+        }
     }
-    answer(run.answer).await
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        let Some(run) = self.0.take() else { return };
+        // Outside a runtime (it is shutting down and dropping the request
+        // with it) the run is dropped too: nothing would poll it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // A spawned task is polled once at least, so the run takes
+            // its wake-ups over from the request's.
+            runtime.spawn(run);
+        }
+    }
 }
 
 /// A message an earlier run of which ended without its task stored
