@@ -47,6 +47,13 @@ impl AgentExecutor for Asking {
 /// full disk, a lost connection).
 struct Flaky {
     inner: MemoryStore,
+    /// While set, every create waits for a permit of `creates_gate` (a
+    /// slow disk, a busy database); `creates_held` counts those held, and
+    /// `held_created` is notified as each is stored.
+    hold_creates: AtomicBool,
+    creates_gate: tokio::sync::Semaphore,
+    creates_held: AtomicUsize,
+    held_created: tokio::sync::Notify,
     fail: AtomicBool,
     /// Every update is refused while set (the disk stays full).
     down: AtomicBool,
@@ -61,6 +68,10 @@ impl Flaky {
     fn new() -> Arc<Self> {
         Arc::new(Flaky {
             inner: MemoryStore::new(),
+            hold_creates: AtomicBool::new(false),
+            creates_gate: tokio::sync::Semaphore::new(0),
+            creates_held: AtomicUsize::new(0),
+            held_created: tokio::sync::Notify::new(),
             fail: AtomicBool::new(false),
             down: AtomicBool::new(false),
             unreadable: AtomicBool::new(false),
@@ -73,7 +84,18 @@ impl Flaky {
 #[async_trait]
 impl TaskStore for Flaky {
     async fn create_encoded(&self, t: &str, task: &EncodedTask) -> Result<u64, StoreError> {
-        self.inner.create_encoded(t, task).await
+        if !self.hold_creates.load(Ordering::SeqCst) {
+            return self.inner.create_encoded(t, task).await;
+        }
+        self.creates_held.fetch_add(1, Ordering::SeqCst);
+        self.creates_gate
+            .acquire()
+            .await
+            .expect("the gate stays open")
+            .forget();
+        let created = self.inner.create_encoded(t, task).await;
+        self.held_created.notify_one();
+        created
     }
     async fn find_by_origin(
         &self,
@@ -279,6 +301,69 @@ async fn a_blocking_follow_up_answers_at_a_stop_when_a_queued_run_moves_on() {
     let b = within("b's wait", m.wait(*b)).await.unwrap();
     assert_eq!(state_of(&b), TaskState::InputRequired);
     server.stop().await;
+}
+
+/// A request dropped while its run waits for the store's write (its agent
+/// done at once, the create held by a slow store) hands what is left of
+/// the run to a task of its own, which takes over the wake-up the store
+/// owes the request: the task is still created and its run ends. On one
+/// thread, so that nothing else polls the run meanwhile.
+#[tokio::test]
+async fn a_request_dropped_while_its_run_waits_for_its_write_leaves_the_run_going() {
+    let store = Flaky::new();
+    store.hold_creates.store(true, Ordering::SeqCst);
+    let manager = TaskManager::new(
+        store.clone(),
+        AgentRouter::new().with("", Arc::new(Asking)),
+        RuntimeConfig::default(),
+    );
+    let message = user_message("ask");
+    let caller = Caller::ANONYMOUS;
+    {
+        let request = manager.send_message(
+            "",
+            &caller,
+            MessageRequest::from(message.clone()),
+            HistoryLength::All,
+            false,
+        );
+        let mut request = std::pin::pin!(request);
+        let first =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx).is_ready()))
+                .await;
+        assert!(!first, "the create is held, so nothing can answer yet");
+        assert_eq!(
+            store.creates_held.load(Ordering::SeqCst),
+            1,
+            "the run reached its write within the request's poll"
+        );
+    }
+    store.hold_creates.store(false, Ordering::SeqCst);
+    store.creates_gate.add_permits(1);
+    // The held create goes on without its request: a run dropped with the
+    // request would have dropped it too, and nothing would store it.
+    within("the held create, stored", store.held_created.notified()).await;
+    // The repeat (spec §3.3.1) is answered with the dropped request's
+    // task.
+    let SendOutcome::Task(handle) = within(
+        "repeat",
+        manager.send_message(
+            "",
+            &Caller::ANONYMOUS,
+            MessageRequest::from(message.clone()),
+            HistoryLength::All,
+            false,
+        ),
+    )
+    .await
+    .expect("sent") else {
+        panic!("a task")
+    };
+    let task = within("wait", manager.wait(*handle))
+        .await
+        .expect("the run ends with the task waiting for input");
+    assert_eq!(state_of(&task), TaskState::InputRequired);
+    assert_eq!(task.history[0].message_id, message.message_id);
 }
 
 /// WORKING, then waits for `gate`, then reports progress (which fails while
