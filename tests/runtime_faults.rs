@@ -641,6 +641,12 @@ async fn a_failed_write_of_a_runs_last_events_names_the_store_error() {
     }
     store.fail.store(true, Ordering::SeqCst);
     agent.gate.notify_one();
+    // A subscriber of the task as the write fails is told so (its stream
+    // ends with the store's error); only then is the task's end read, by
+    // a subscription made after the failure (one made before it would
+    // end the same way instead of following the task to FAILED).
+    let err = support::stream_error(&mut stream).await;
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     let (_, failed) = settled(&mut client, "", &task.id).await;
     assert_eq!(state_of(&failed), TaskState::Failed);
     let text = status_text(&failed);

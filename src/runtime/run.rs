@@ -13,12 +13,13 @@
 //! a slow agent never holds a request past its answer; but an agent that
 //! is done at once (the bench agent, any agent that answers from what it
 //! has) costs no task, with the memory store or a durable one whose
-//! writer answers from its own thread (issue 32). The events an agent emits while its run's driver polls it
-//! ([`Driven`], in the sink) leave their flush to the driver: it starts
-//! the flush in a task of its own as soon as the agent waits, which
-//! gathers every event of the poll into one write as the flush's own turn
-//! did, or runs it itself at the run's end ([`RunSink::finish`]), which
-//! with a store that answers at once commits them without a task either.
+//! writer answers from its own thread (issue 32). The events an agent
+//! emits while its run's driver polls it ([`Driven`], in the sink) leave
+//! their flush to the driver: it starts the flush in a task of its own as
+//! soon as the agent waits, which gathers every event of the poll into
+//! one write as the flush's own turn did, or runs it itself at the run's
+//! end ([`RunSink::finish`]), which with a store that answers at once
+//! commits them without a task either.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -65,11 +66,7 @@ pub(super) async fn start_new(
     })
     .await;
     drop(execution);
-    answered.unwrap_or_else(|_| {
-        Err(A2aError::Internal(
-            "the agent run ended without an answer".into(),
-        ))
-    })
+    unanswered_as_error(answered)
 }
 
 /// A run its request drives, until the run is over or the request is
@@ -205,7 +202,14 @@ fn new_run(
 async fn answer(
     answer: oneshot::Receiver<Result<SendOutcome, A2aError>>,
 ) -> Result<SendOutcome, A2aError> {
-    answer.await.unwrap_or_else(|_| {
+    unanswered_as_error(answer.await)
+}
+
+/// A run's answer, or the error of a run that ended without one.
+fn unanswered_as_error(
+    answered: Result<Result<SendOutcome, A2aError>, oneshot::error::RecvError>,
+) -> Result<SendOutcome, A2aError> {
+    answered.unwrap_or_else(|_| {
         Err(A2aError::Internal(
             "the agent run ended without an answer".into(),
         ))
