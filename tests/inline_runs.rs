@@ -130,6 +130,17 @@ async fn settled(manager: &TaskManager, handle: Box<TaskHandle>) -> Task {
     stored(manager, &id).await
 }
 
+/// The tasks the runtime spawned over one send of `text` (its own count,
+/// which needs `tokio_unstable`: `.cargo/config.toml`), and the task the
+/// send answered with.
+#[cfg(tokio_unstable)]
+async fn spawns_of_a_send(manager: &TaskManager, text: &str) -> (u64, Task) {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.spawned_tasks_count();
+    let task = send(manager, text).await.snapshot;
+    (metrics.spawned_tasks_count() - before, task)
+}
+
 /// The agent is done within its first poll: the request ran it and
 /// committed its events itself, spawning no task (before: the run and
 /// its flush, two tasks per send). The runtime's own count of spawned
@@ -141,10 +152,7 @@ async fn a_run_done_in_its_first_poll_spawns_nothing() {
     let manager = manager(&release);
     // A first send warms up whatever the runtime starts once.
     send(&manager, "at-once").await;
-    let metrics = tokio::runtime::Handle::current().metrics();
-    let before = metrics.spawned_tasks_count();
-    let task = send(&manager, "at-once").await.snapshot;
-    let spawned = metrics.spawned_tasks_count() - before;
+    let (spawned, task) = spawns_of_a_send(&manager, "at-once").await;
     assert_eq!(
         spawned, 0,
         "tasks spawned by a send whose agent is done at once"
@@ -172,10 +180,7 @@ async fn a_run_waiting_for_its_write_is_driven_by_its_request() {
         .expect("the database opens");
     let manager = TaskManager::new(Arc::new(store), agents(&release), RuntimeConfig::default());
     send(&manager, "at-once").await;
-    let metrics = tokio::runtime::Handle::current().metrics();
-    let before = metrics.spawned_tasks_count();
-    let task = send(&manager, "at-once").await.snapshot;
-    let spawned = metrics.spawned_tasks_count() - before;
+    let (spawned, task) = spawns_of_a_send(&manager, "at-once").await;
     assert_eq!(
         spawned, 0,
         "tasks spawned by a send whose run waits only for its write"
@@ -246,24 +251,11 @@ async fn a_request_dropped_after_its_first_poll_leaves_the_run_going() {
     let manager = manager(&release);
     let message = user_message("wait");
     let message_id = message.message_id.clone();
-    let caller = Caller::ANONYMOUS;
-    {
-        let request = manager.send_message(
-            "",
-            &caller,
-            MessageRequest::from(message.clone()),
-            HistoryLength::All,
-            false,
-        );
-        let mut request = std::pin::pin!(request);
-        let first =
-            std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx).is_ready()))
-                .await;
-        assert!(
-            !first,
-            "the agent waits, so the request cannot be answered yet"
-        );
-    }
+    let first = answered_in_one_poll(&manager, message.clone()).await;
+    assert!(
+        !first,
+        "the agent waits, so the request cannot be answered yet"
+    );
     // A repeat of the message (spec §3.3.1) finds the task the dropped
     // request's run created, and waits for it with the agent released.
     let handle = send_request(&manager, message).await;

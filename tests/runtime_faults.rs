@@ -318,26 +318,13 @@ async fn a_request_dropped_while_its_run_waits_for_its_write_leaves_the_run_goin
         RuntimeConfig::default(),
     );
     let message = user_message("ask");
-    let caller = Caller::ANONYMOUS;
-    {
-        let request = manager.send_message(
-            "",
-            &caller,
-            MessageRequest::from(message.clone()),
-            HistoryLength::All,
-            false,
-        );
-        let mut request = std::pin::pin!(request);
-        let first =
-            std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx).is_ready()))
-                .await;
-        assert!(!first, "the create is held, so nothing can answer yet");
-        assert_eq!(
-            store.creates_held.load(Ordering::SeqCst),
-            1,
-            "the run reached its write within the request's poll"
-        );
-    }
+    let first = support::answered_in_one_poll(&manager, message.clone()).await;
+    assert!(!first, "the create is held, so nothing can answer yet");
+    assert_eq!(
+        store.creates_held.load(Ordering::SeqCst),
+        1,
+        "the run reached its write within the request's poll"
+    );
     store.hold_creates.store(false, Ordering::SeqCst);
     store.creates_gate.add_permits(1);
     // The held create goes on without its request: a run dropped with the

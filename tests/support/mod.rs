@@ -240,6 +240,25 @@ pub async fn run_to_rest(
         .unwrap()
 }
 
+/// Polls a SendMessage of `message` once and drops it (a client that
+/// went away after its request was first polled): whether that one poll
+/// answered it.
+pub async fn answered_in_one_poll(
+    manager: &a2a_lifecycle::runtime::TaskManager,
+    message: a2a_lifecycle::proto::Message,
+) -> bool {
+    let caller = a2a_lifecycle::store::Caller::ANONYMOUS;
+    let request = manager.send_message(
+        "",
+        &caller,
+        a2a_lifecycle::runtime::MessageRequest::from(message),
+        a2a_lifecycle::lifecycle::HistoryLength::All,
+        false,
+    );
+    let mut request = std::pin::pin!(request);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx).is_ready())).await
+}
+
 /// Awaits `f` for at most [`WAIT`]: a regression fails instead of hanging.
 pub async fn within<F: std::future::Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(WAIT, f)

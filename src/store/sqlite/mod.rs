@@ -154,13 +154,27 @@ mod tests {
     use crate::wkt::Timestamp;
     use rusqlite::types::Value;
 
+    /// A fresh database path under the system's temporary directory.
+    fn scratch_path() -> std::path::PathBuf {
+        std::env::temp_dir()
+            .join("a2a-lifecycle-unit")
+            .join(format!("{}.db", uuid::Uuid::new_v4()))
+    }
+
+    /// Task `t{i}` in context `c`, created by message `m{i}` at `at`.
+    fn submitted(i: usize, at: Timestamp) -> crate::lifecycle::TaskRecord {
+        let message = crate::proto::Message {
+            message_id: format!("m{i}"),
+            ..Default::default()
+        };
+        crate::lifecycle::TaskRecord::submitted(format!("t{i}"), "c".into(), message, at)
+    }
+
     /// A write a constraint refuses inside a batch fails alone: the other
     /// writes of its batch commit.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refused_write_fails_alone() {
-        let path = std::env::temp_dir()
-            .join("a2a-lifecycle-unit")
-            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let path = scratch_path();
         let store = SqliteStore::open(&path).await.unwrap();
         let side = Connection::open(&path).unwrap();
         side.execute_batch(
@@ -173,16 +187,7 @@ mod tests {
             let store = store.clone();
             async move {
                 let tenant = if i % 2 == 0 { "ok" } else { "bad" };
-                let message = crate::proto::Message {
-                    message_id: format!("m{i}"),
-                    ..Default::default()
-                };
-                let record = crate::lifecycle::TaskRecord::submitted(
-                    format!("t{i}"),
-                    "c".into(),
-                    message,
-                    Timestamp::default(),
-                );
+                let record = submitted(i, Timestamp::default());
                 (tenant, store.create(tenant, &record).await)
             }
         });
@@ -221,19 +226,11 @@ mod tests {
     /// read afresh, so it holds about the tasks kept, not all ever made.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn purged_tasks_leave_the_origin_index() {
-        let path = std::env::temp_dir()
-            .join("a2a-lifecycle-unit")
-            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let path = scratch_path();
         let store = SqliteStore::open(&path).await.unwrap();
         let task = |i: usize| {
-            let message = crate::proto::Message {
-                message_id: format!("m{i}"),
-                ..Default::default()
-            };
-            let mut record = crate::lifecycle::TaskRecord::submitted(
-                format!("t{i}"),
-                "c".into(),
-                message,
+            let mut record = submitted(
+                i,
                 Timestamp {
                     seconds: 1_000,
                     nanos: 0,
@@ -279,9 +276,7 @@ mod tests {
     /// plan, which changes between SQLite releases.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn hot_reads_use_indexes() {
-        let path = std::env::temp_dir()
-            .join("a2a-lifecycle-unit")
-            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let path = scratch_path();
         let store = SqliteStore::open(&path).await.unwrap();
         // Enough tasks that a scan or a walk would show: 2,000 in tenant
         // "t" over two contexts, two states and two owners ("u" and none),
@@ -421,23 +416,12 @@ mod tests {
     /// which evaluate the index's condition before and after.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_open_task_count_reads_its_index() {
-        let path = std::env::temp_dir()
-            .join("a2a-lifecycle-unit")
-            .join(format!("{}.db", uuid::Uuid::new_v4()));
+        let path = scratch_path();
         let store = SqliteStore::open(&path).await.unwrap();
         let owner = crate::store::Owner::new("u").unwrap();
         let mut records = Vec::new();
         for (i, state) in TaskState::REAL.iter().enumerate() {
-            let message = crate::proto::Message {
-                message_id: format!("m{i}"),
-                ..Default::default()
-            };
-            let mut record = crate::lifecycle::TaskRecord::submitted(
-                format!("t{i}"),
-                "c".into(),
-                message,
-                Timestamp::default(),
-            );
+            let mut record = submitted(i, Timestamp::default());
             record.task.status.as_mut().unwrap().state = *state as i32;
             record.owner = "u".into();
             store.create("t", &record).await.unwrap();
