@@ -170,6 +170,42 @@ mod tests {
         crate::lifecycle::TaskRecord::submitted(format!("t{i}"), "c".into(), message, at)
     }
 
+    /// The writer and the checkpointer run under `SCHED_BATCH`, so a
+    /// write's wake-up does not preempt the worker queueing the next ones
+    /// (see `writer::file::no_wakeup_preemption`).
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_threads_do_not_preempt_on_wakeup() {
+        let path = scratch_path();
+        let store = SqliteStore::open(&path).await.unwrap();
+        // Other tests' stores may be open beside this one: every writer
+        // and checkpointer thread of the process is checked, and this
+        // store's are among them.
+        let mut seen = std::collections::BTreeMap::<String, usize>::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let task = task.unwrap().path();
+            let Ok(name) = std::fs::read_to_string(task.join("comm")) else {
+                continue; // the thread has ended
+            };
+            let name = name.trim_end().to_owned();
+            if !matches!(name.as_str(), "sqlite-writer" | "sqlite-checkpoi") {
+                continue;
+            }
+            let tid: libc::pid_t = task.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            // SAFETY: a plain query of a thread's policy by id.
+            let policy = unsafe { libc::sched_getscheduler(tid) };
+            if policy == -1 {
+                continue; // ended between the two reads
+            }
+            assert_eq!(policy, libc::SCHED_BATCH, "{name} (thread {tid})");
+            *seen.entry(name).or_default() += 1;
+        }
+        assert!(seen.contains_key("sqlite-writer"), "{seen:?}");
+        assert!(seen.contains_key("sqlite-checkpoi"), "{seen:?}");
+        drop(store);
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// A write a constraint refuses inside a batch fails alone: the other
     /// writes of its batch commit.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,7 +42,7 @@ use super::map_err;
 use crate::store::StoreError;
 use apply::apply;
 pub use file::FileIdentity;
-use file::spawn_checkpointer;
+use file::{no_wakeup_preemption, spawn_checkpointer};
 pub use origins::OriginLookup;
 use origins::{Origins, SharedRecent, read};
 
@@ -164,6 +164,7 @@ impl WriterHandle {
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
+                no_wakeup_preemption();
                 let parts = Parts {
                     checkpoint,
                     ready: ready_tx,
