@@ -18,6 +18,7 @@ pub mod json;
 pub mod lifecycle;
 pub mod metrics;
 pub mod operations;
+pub mod os;
 pub mod proto;
 pub mod push;
 pub mod runtime;

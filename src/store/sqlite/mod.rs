@@ -172,7 +172,7 @@ mod tests {
 
     /// The writer and the checkpointer run under `SCHED_BATCH`, so a
     /// write's wake-up does not preempt the worker queueing the next ones
-    /// (see `writer::file::no_wakeup_preemption`).
+    /// (see `crate::os::no_wakeup_preemption`).
     #[cfg(target_os = "linux")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_writer_threads_do_not_preempt_on_wakeup() {
@@ -191,12 +191,14 @@ mod tests {
             if !matches!(name.as_str(), "sqlite-writer" | "sqlite-checkpoi") {
                 continue;
             }
-            let tid: libc::pid_t = task.file_name().unwrap().to_str().unwrap().parse().unwrap();
-            // SAFETY: a plain query of a thread's policy by id.
-            let policy = unsafe { libc::sched_getscheduler(tid) };
-            if policy == -1 {
+            // Field 41 of a thread's stat is its policy (proc(5)); the
+            // fields after the name, which may hold spaces, start at 3.
+            let Ok(stat) = std::fs::read_to_string(task.join("stat")) else {
                 continue; // ended between the two reads
-            }
+            };
+            let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+            let policy: i32 = after_name.split(' ').nth(41 - 3).unwrap().parse().unwrap();
+            let tid = task.display();
             assert_eq!(policy, libc::SCHED_BATCH, "{name} (thread {tid})");
             *seen.entry(name).or_default() += 1;
         }

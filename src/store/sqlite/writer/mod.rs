@@ -42,7 +42,7 @@ use super::map_err;
 use crate::store::StoreError;
 use apply::apply;
 pub use file::FileIdentity;
-use file::{no_wakeup_preemption, spawn_checkpointer};
+use file::spawn_checkpointer;
 pub use origins::OriginLookup;
 use origins::{Origins, SharedRecent, read};
 
@@ -164,7 +164,10 @@ impl WriterHandle {
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || {
-                no_wakeup_preemption();
+                // Woken by a write, it waits for the worker queueing the
+                // next ones instead of preempting it: group commit on a
+                // busy core.
+                crate::os::no_wakeup_preemption();
                 let parts = Parts {
                     checkpoint,
                     ready: ready_tx,
