@@ -54,6 +54,15 @@ struct Flaky {
     creates_gate: tokio::sync::Semaphore,
     creates_held: AtomicUsize,
     held_created: tokio::sync::Notify,
+    /// Notified as a held create starts waiting.
+    create_waiting: tokio::sync::Notify,
+    /// While set, every update waits for a permit of `updates_gate`;
+    /// `update_waiting` is notified as one starts waiting, and
+    /// `held_update_whole` says whether it wrote the whole record.
+    hold_updates: AtomicBool,
+    updates_gate: tokio::sync::Semaphore,
+    update_waiting: tokio::sync::Notify,
+    held_update_whole: AtomicBool,
     fail: AtomicBool,
     /// Every update is refused while set (the disk stays full).
     down: AtomicBool,
@@ -72,6 +81,11 @@ impl Flaky {
             creates_gate: tokio::sync::Semaphore::new(0),
             creates_held: AtomicUsize::new(0),
             held_created: tokio::sync::Notify::new(),
+            create_waiting: tokio::sync::Notify::new(),
+            hold_updates: AtomicBool::new(false),
+            updates_gate: tokio::sync::Semaphore::new(0),
+            update_waiting: tokio::sync::Notify::new(),
+            held_update_whole: AtomicBool::new(false),
             fail: AtomicBool::new(false),
             down: AtomicBool::new(false),
             unreadable: AtomicBool::new(false),
@@ -88,6 +102,7 @@ impl TaskStore for Flaky {
             return self.inner.create_encoded(t, task).await;
         }
         self.creates_held.fetch_add(1, Ordering::SeqCst);
+        self.create_waiting.notify_one();
         self.creates_gate
             .acquire()
             .await
@@ -119,6 +134,14 @@ impl TaskStore for Flaky {
     fn outbox(&self) -> &dyn Outbox {
         self.inner.outbox()
     }
+    // Writes of changes and compact records, as the memory store takes
+    // them: the runtime writes to this store as it writes to that one.
+    fn keeps_changes(&self) -> bool {
+        self.inner.keeps_changes()
+    }
+    fn compact_records(&self) -> bool {
+        self.inner.compact_records()
+    }
     async fn get(&self, t: &str, id: &str) -> Result<Option<StoredTask>, StoreError> {
         if self.unreadable.load(Ordering::SeqCst) {
             self.refused_reads.fetch_add(1, Ordering::SeqCst);
@@ -130,6 +153,16 @@ impl TaskStore for Flaky {
     async fn update_encoded(&self, t: &str, task: &EncodedTask, v: u64) -> Result<u64, StoreError> {
         if self.down.load(Ordering::SeqCst) || self.fail.swap(false, Ordering::SeqCst) {
             return Err(StoreError::Unavailable("disk full (injected)".into()));
+        }
+        if self.hold_updates.load(Ordering::SeqCst) {
+            let whole = matches!(task.body, a2a_lifecycle::store::Body::Whole(_));
+            self.held_update_whole.store(whole, Ordering::SeqCst);
+            self.update_waiting.notify_one();
+            self.updates_gate
+                .acquire()
+                .await
+                .expect("the gate stays open")
+                .forget();
         }
         self.inner.update_encoded(t, task, v).await
     }
@@ -641,5 +674,135 @@ async fn a_failed_write_of_a_runs_last_events_names_the_store_error() {
         text.contains("last changes could not be stored") && text.contains("(injected)"),
         "the status names the lost changes and the store's error: {text}"
     );
+    server.stop().await;
+}
+
+/// `WORKING`, then, once `go` is notified, an artifact and INPUT_REQUIRED
+/// without waiting for their commits; `emitted` is notified after them.
+struct Stepwise {
+    go: tokio::sync::Notify,
+    emitted: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl AgentExecutor for Stepwise {
+    async fn execute(&self, _ctx: RequestContext, sink: EventSink) -> Result<(), AgentError> {
+        sink.status(TaskState::Working, None).await?;
+        self.go.notified().await;
+        sink.artifact_text("a1", "result", "done", false, true)
+            .await?;
+        sink.status(TaskState::InputRequired, Some("more?")).await?;
+        self.emitted.notify_one();
+        Ok(())
+    }
+}
+
+/// Events emitted while their task's create is still being written are
+/// applied before the task is stored, and log no changes: the write that
+/// carries them after the create is whole, readers meanwhile see the task
+/// exactly as the create stored it, and the store ends with every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_emitted_while_their_tasks_create_is_written_are_stored_whole() {
+    let agent = Arc::new(Stepwise {
+        go: tokio::sync::Notify::new(),
+        emitted: tokio::sync::Notify::new(),
+    });
+    let (server, store) = flaky_server_with(agent.clone()).await;
+    store.hold_creates.store(true, Ordering::SeqCst);
+    store.hold_updates.store(true, Ordering::SeqCst);
+    let mut client = server.client().await;
+    let mut streamer = client.clone();
+    let opened = tokio::spawn(async move {
+        streamer
+            .send_streaming_message(request("", user_message("go"), false))
+            .await
+    });
+    // The create (SUBMITTED, then WORKING) is in the store's hands ...
+    within("the create, held", store.create_waiting.notified()).await;
+    // ... when the agent emits the rest.
+    agent.go.notify_one();
+    within("the agent's other events", agent.emitted.notified()).await;
+    store.hold_creates.store(false, Ordering::SeqCst);
+    store.creates_gate.add_permits(1);
+    let mut stream = within("the stream", opened)
+        .await
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    let first = within("the snapshot", stream.message())
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(a2a_lifecycle::proto::stream_response::Payload::Task(snapshot)) = first.payload else {
+        panic!("a task first: {first:?}")
+    };
+    let id = snapshot.id;
+    // The next write carries the events applied before the create was
+    // stored: it is the whole record.
+    within("the next write, held", store.update_waiting.notified()).await;
+    assert!(
+        store.held_update_whole.load(Ordering::SeqCst),
+        "a write of events that logged no changes must store the whole record"
+    );
+    // Meanwhile a reader sees what the create stored, nothing after it.
+    let read = within("get, during the write", get_task(&mut client, "", &id))
+        .await
+        .unwrap();
+    assert_eq!(state_of(&read), TaskState::Working);
+    assert!(read.artifacts.is_empty(), "{read:?}");
+    let stored = store.inner.get("", &id).await.unwrap().unwrap();
+    assert_eq!(stored.version, 1);
+    assert_eq!(read, stored.record.task, "a reader sees the stored task");
+    // So does a subscriber's snapshot, taken from the task kept in memory.
+    let mut watcher = within(
+        "subscribe, during the write",
+        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
+            tenant: String::new(),
+            id: id.clone(),
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let first = within("its snapshot", watcher.message())
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(a2a_lifecycle::proto::stream_response::Payload::Task(watched)) = first.payload else {
+        panic!("a task first: {first:?}")
+    };
+    assert_eq!(
+        watched, stored.record.task,
+        "a subscriber sees the stored task"
+    );
+    store.hold_updates.store(false, Ordering::SeqCst);
+    store.updates_gate.add_permits(1);
+    // The stream ends once the task waits for input (spec §3.1.2).
+    let rest = within("the rest of the stream", collect(stream))
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&rest),
+        [
+            "status:TASK_STATE_WORKING",
+            "artifact:a1+last",
+            "status:TASK_STATE_INPUT_REQUIRED"
+        ]
+    );
+    let watched = within("the subscription's events", collect(watcher))
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&watched),
+        ["artifact:a1+last", "status:TASK_STATE_INPUT_REQUIRED"]
+    );
+    let done = within("get, after", get_task(&mut client, "", &id))
+        .await
+        .unwrap();
+    assert_eq!(state_of(&done), TaskState::InputRequired);
+    assert_eq!(done.artifacts.len(), 1, "{done:?}");
+    let stored = store.inner.get("", &id).await.unwrap().unwrap();
+    assert_eq!(stored.version, 2);
+    assert_eq!(done, stored.record.task, "the store holds every event");
     server.stop().await;
 }

@@ -29,6 +29,19 @@ use crate::proto::{
     stream_response::Payload,
 };
 
+/// Where applying an event records what it changed: a list of
+/// [`Change`]s, or nowhere ([`TaskRecord::apply_unlogged`]).
+struct ChangeLog<'a>(Option<&'a mut Vec<Change>>);
+
+impl ChangeLog<'_> {
+    /// Records a change, built only when there is a list to take it.
+    fn push(&mut self, change: impl FnOnce() -> Change) {
+        if let Some(log) = self.0.as_deref_mut() {
+            log.push(change());
+        }
+    }
+}
+
 /// A new status from the agent (or the server, for cancel and failure).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusUpdate {
@@ -249,7 +262,7 @@ impl TaskRecord {
         now: Timestamp,
         policy: TransitionPolicy,
     ) -> Result<Option<StreamResponse>, ApplyError> {
-        self.apply_logged(event, now, policy, Cause::Agent, &mut Vec::new())
+        self.apply_to(event, now, policy, Cause::Agent, &mut ChangeLog(None))
     }
 
     /// [`TaskRecord::apply`] for an event `cause` wrote (what the
@@ -268,12 +281,39 @@ impl TaskRecord {
         cause: Cause,
         log: &mut Vec<Change>,
     ) -> Result<Option<StreamResponse>, ApplyError> {
+        self.apply_to(event, now, policy, cause, &mut ChangeLog(Some(log)))
+    }
+
+    /// [`TaskRecord::apply_logged`] without the log: for a record whose
+    /// next write stores it whole (a task not yet stored), where what an
+    /// event changed would be built (an artifact copied, a status) only to
+    /// be dropped.
+    pub fn apply_unlogged(
+        &mut self,
+        event: TaskEvent,
+        now: Timestamp,
+        policy: TransitionPolicy,
+        cause: Cause,
+    ) -> Result<Option<StreamResponse>, ApplyError> {
+        self.apply_to(event, now, policy, cause, &mut ChangeLog(None))
+    }
+
+    fn apply_to(
+        &mut self,
+        event: TaskEvent,
+        now: Timestamp,
+        policy: TransitionPolicy,
+        cause: Cause,
+        log: &mut ChangeLog<'_>,
+    ) -> Result<Option<StreamResponse>, ApplyError> {
         if let TaskEvent::PushConfig(change) = event {
             self.change_push_config(change)?;
-            log.push(Change::PushConfigs(PushConfigList {
-                configs: self.push_configs.clone(),
-                v0_3: self.v0_3_push_configs.clone(),
-            }));
+            log.push(|| {
+                Change::PushConfigs(PushConfigList {
+                    configs: self.push_configs.clone(),
+                    v0_3: self.v0_3_push_configs.clone(),
+                })
+            });
             return Ok(None);
         }
         let state = self.state();
@@ -291,15 +331,15 @@ impl TaskRecord {
                 if let Some(status) = &mut self.task.status
                     && let Some(question) = status.message.take()
                 {
-                    log.push(Change::Status(status.clone()));
+                    log.push(|| Change::Status(status.clone()));
                     self.push_history(question, log);
                 }
-                log.push(Change::History(message.clone()));
+                log.push(|| Change::History(message.clone()));
                 self.append_history(message);
                 Ok(None)
             }
             TaskEvent::Metadata(update) => {
-                log.push(Change::Metadata(update.clone()));
+                log.push(|| Change::Metadata(update.clone()));
                 merge_metadata(&mut self.task.metadata, update);
                 Ok(None)
             }
@@ -346,7 +386,7 @@ impl TaskRecord {
         now: Timestamp,
         policy: TransitionPolicy,
         cause: Cause,
-        log: &mut Vec<Change>,
+        log: &mut ChangeLog<'_>,
     ) -> Result<StreamResponse, ApplyError> {
         let before = self.state();
         policy.check(before, update.state)?;
@@ -373,7 +413,7 @@ impl TaskRecord {
             };
             let message_id = status.message.as_ref().map_or("", |m| &m.message_id);
             let entry = Transition::new(update.state, now, message_id, cause);
-            log.push(Change::Transition(entry.clone()));
+            log.push(|| Change::Transition(entry.clone()));
             push_transition(&mut self.transitions, entry);
             if update.state.is_terminal() {
                 // The log is complete: a stored task keeps no spare room
@@ -381,7 +421,7 @@ impl TaskRecord {
                 self.transitions.shrink_to_fit();
             }
         }
-        log.push(Change::Status(status.clone()));
+        log.push(|| Change::Status(status.clone()));
         let superseded = self.task.status.replace(status.clone());
         if let Some(old) = superseded.and_then(|s| s.message) {
             self.push_history(old, log);
@@ -398,12 +438,12 @@ impl TaskRecord {
 
     /// Appends to history unless a message with the same id is already
     /// there (an agent that repeats its status message): one copy each.
-    fn push_history(&mut self, message: Message, log: &mut Vec<Change>) {
+    fn push_history(&mut self, message: Message, log: &mut ChangeLog<'_>) {
         if !self
             .history_ids
             .contains(&self.task.history, &message.message_id)
         {
-            log.push(Change::History(message.clone()));
+            log.push(|| Change::History(message.clone()));
             self.append_history(message);
         }
     }
@@ -411,7 +451,7 @@ impl TaskRecord {
     fn apply_artifact(
         &mut self,
         update: ArtifactUpdate,
-        log: &mut Vec<Change>,
+        log: &mut ChangeLog<'_>,
     ) -> Result<StreamResponse, ApplyError> {
         let ArtifactUpdate {
             artifact,
@@ -438,20 +478,20 @@ impl TaskRecord {
             (true, None) => return Err(ApplyError::UnknownArtifact(id.clone())),
             (true, Some(target)) => {
                 extend_artifact(target, &artifact);
-                log.push(Change::ExtendArtifact(artifact.clone()));
+                log.push(|| Change::ExtendArtifact(artifact.clone()));
             }
             (false, Some(target)) => {
                 *target = artifact.clone();
-                log.push(Change::ReplaceArtifact(artifact.clone()));
+                log.push(|| Change::ReplaceArtifact(artifact.clone()));
             }
             (false, None) => {
                 self.task.artifacts.push(artifact.clone());
-                log.push(Change::AddArtifact(artifact.clone()));
+                log.push(|| Change::AddArtifact(artifact.clone()));
             }
         }
         if last_chunk {
             self.sealed_artifacts.push(id.clone());
-            log.push(Change::Seal(id.clone()));
+            log.push(|| Change::Seal(id.clone()));
         }
         Ok(StreamResponse {
             payload: Some(Payload::ArtifactUpdate(TaskArtifactUpdateEvent {

@@ -136,6 +136,10 @@ impl LiveTask {
             return NextWrite::Gather;
         }
         *seen = 0;
+        // An event applied before the task was stored logged no changes:
+        // the write carrying it is whole, and what it changed is read
+        // back from that record (`committed`).
+        let unlogged = loaded.pending.iter().any(|p| !p.logged);
         let mut changes: Vec<Change> = loaded
             .pending
             .iter_mut()
@@ -147,11 +151,12 @@ impl LiveTask {
             changes.push(Change::Trace(loaded.record.trace.clone()));
         }
         let changes = Changes::new(changes);
-        let changed = changes.encoded_len();
         let whole = loaded.version == 0
+            || unlogged
             || !shared.keeps_changes
             || loaded.record.state().is_terminal()
-            || loaded.changes_bytes + changed >= loaded.whole_bytes.max(MIN_CHANGES_BEFORE_WHOLE);
+            || loaded.changes_bytes + changes.encoded_len()
+                >= loaded.whole_bytes.max(MIN_CHANGES_BEFORE_WHOLE);
         let body = if whole {
             Body::Whole(
                 if shared.compact_records {
@@ -190,7 +195,7 @@ impl LiveTask {
             write: Box::new(write),
             version: loaded.version,
             count: loaded.pending.len(),
-            changes,
+            changes: (!unlogged).then_some(changes),
         }
     }
 
@@ -204,7 +209,7 @@ impl LiveTask {
         write: &EncodedTask,
         version: u64,
         count: usize,
-        changes: Changes,
+        changes: Option<Changes>,
     ) {
         let created = loaded.version == 0;
         loaded.version = version;
@@ -238,14 +243,22 @@ impl LiveTask {
             };
         }
         // The committed copy takes the write's changes (present while
-        // events were pending).
-        if let Some(committed) = &mut loaded.committed
-            && let Err(e) = committed.replay_all(changes)
-        {
-            // Changes this process logged itself: not expected. The
-            // working copy is the closest truth there is.
-            tracing::error!(task_id = %self.key.id, error = %e, "the committed copy could not take a write's changes");
-            loaded.committed = None;
+        // events were pending), or without them (events applied before the
+        // task was stored) becomes the whole record written.
+        if let Some(committed) = &mut loaded.committed {
+            let caught_up = match (changes, &write.body) {
+                (Some(changes), _) => committed.replay_all(changes).map_err(|e| e.to_string()),
+                (None, Body::Whole(record)) => crate::store::codec::decode(record)
+                    .map(|record| *committed = record)
+                    .map_err(|e| e.to_string()),
+                (None, Body::Changes(_)) => Err("a write of changes none were logged for".into()),
+            };
+            if let Err(e) = caught_up {
+                // Changes this process logged itself: not expected. The
+                // working copy is the closest truth there is.
+                tracing::error!(task_id = %self.key.id, error = %e, "the committed copy could not take a write's changes");
+                loaded.committed = None;
+            }
         }
         let done: Vec<Pending> = loaded.pending.drain(..count).collect();
         if let Some(metrics) = &shared.config.metrics {
@@ -349,10 +362,22 @@ impl LiveTask {
         let mut record = loaded.committed_record().clone();
         let mut outs = Vec::with_capacity(loaded.pending.len());
         for p in &mut loaded.pending {
+            // Kept with a store shared by replicas, the only one where
+            // another writer moves a task (`Pending::event`).
+            let Some(event) = &p.event else {
+                return Err(StoreError::Conflict {
+                    id: format!(
+                        "{} (moved by another writer of a store of one process)",
+                        self.key.id
+                    ),
+                    expected,
+                    actual,
+                });
+            };
             // A client message another replica took first (the same
             // message sent to both): it is not added twice, and the
             // request is answered as a repeat (`send_follow_up`).
-            if let TaskEvent::UserMessage(m) = &p.event
+            if let TaskEvent::UserMessage(m) = event
                 && Self::holds_message_in(&record, &m.message_id)
             {
                 return Err(StoreError::Conflict {
@@ -365,9 +390,10 @@ impl LiveTask {
                 });
             }
             p.changes.clear();
+            p.logged = true;
             let out = record
                 .apply_logged(
-                    p.event.clone(),
+                    event.clone(),
                     now(),
                     policy(shared, p.author),
                     p.author.cause(),
@@ -521,11 +547,12 @@ enum NextWrite {
     /// Events are still arriving: look again after a turn.
     Gather,
     /// Write the task, made from `version`, committing `count` events,
-    /// which made `changes`.
+    /// which made `changes` (none when one of them logged none: the write
+    /// is whole).
     Write {
         write: Box<EncodedTask>,
         version: u64,
         count: usize,
-        changes: Changes,
+        changes: Option<Changes>,
     },
 }

@@ -393,21 +393,34 @@ impl LiveTask {
             loaded.committed = Some(loaded.record.clone());
         }
         let mut changes = Vec::new();
-        let out = loaded.record.apply_logged(
-            event.clone(),
-            now(),
-            policy(shared, author),
-            author.cause(),
-            &mut changes,
-        )?;
+        // A task not yet stored is created by a write of its whole record,
+        // which reads no changes: none are built for its events (an
+        // artifact's copy, a status's). One left pending past the create
+        // makes the next write whole too (`Pending::logged`). A replica
+        // set logs them all: its whole writes of a running task carry them
+        // to the replicas following it.
+        let replicated = shared.replicas().is_some();
+        let logged = loaded.version > 0 || replicated;
+        // Only another writer of a shared store makes an event apply
+        // again (`rebase`); otherwise it is moved into the task, not copied.
+        let kept = replicated.then(|| event.clone());
+        let (now, policy, cause) = (now(), policy(shared, author), author.cause());
+        let out = if logged {
+            loaded
+                .record
+                .apply_logged(event, now, policy, cause, &mut changes)?
+        } else {
+            loaded.record.apply_unlogged(event, now, policy, cause)?
+        };
         loaded.bytes += added;
         let (tx, rx) = oneshot::channel();
         // Read without the runs lock: set only under this task's lock
         // (held here), on every event.
         let run = self.current_run.load(std::sync::atomic::Ordering::Relaxed);
         loaded.pending.push(Pending {
-            event,
+            event: kept,
             changes,
+            logged,
             author,
             run,
             follow_up: None,

@@ -110,10 +110,17 @@ pub(super) fn event_bytes(event: &TaskEvent) -> usize {
 
 /// An accepted event waiting for its commit.
 pub(super) struct Pending {
-    pub(super) event: TaskEvent,
+    /// The event, kept to be applied again after a version conflict: only
+    /// with a store shared by replicas ([`super::Shared::replicas`]), as
+    /// nothing else moves a task under this process's lock.
+    pub(super) event: Option<TaskEvent>,
     /// What applying it changed in the working copy; taken by the write
     /// that commits it.
     pub(super) changes: Vec<Change>,
+    /// `changes` holds what it changed; false for an event applied before
+    /// its task was stored (`LiveTask::submit_locked_from`): a write that
+    /// carries it must be whole.
+    pub(super) logged: bool,
     pub(super) author: Author,
     /// The run current when it was accepted.
     pub(super) run: u64,
