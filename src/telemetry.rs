@@ -164,9 +164,11 @@ where
         if !crate::metrics::is_grpc(request.headers()) {
             return self.inner.call(request).instrument(Span::none());
         }
+        // A name made once: looking one up by text parses and checks it.
+        const TRACEPARENT_HEADER: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
         let parent = request
             .headers()
-            .get(TRACEPARENT)
+            .get(TRACEPARENT_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(TraceParent::parse);
         let path = request.uri().path();
