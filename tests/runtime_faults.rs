@@ -95,6 +95,11 @@ impl Flaky {
     }
 }
 
+/// Waits for a permit of `gate` and spends it: one held write let go.
+async fn through(gate: &tokio::sync::Semaphore) {
+    gate.acquire().await.expect("the gate stays open").forget();
+}
+
 #[async_trait]
 impl TaskStore for Flaky {
     async fn create_encoded(&self, t: &str, task: &EncodedTask) -> Result<u64, StoreError> {
@@ -103,11 +108,7 @@ impl TaskStore for Flaky {
         }
         self.creates_held.fetch_add(1, Ordering::SeqCst);
         self.create_waiting.notify_one();
-        self.creates_gate
-            .acquire()
-            .await
-            .expect("the gate stays open")
-            .forget();
+        through(&self.creates_gate).await;
         let created = self.inner.create_encoded(t, task).await;
         self.held_created.notify_one();
         created
@@ -158,11 +159,7 @@ impl TaskStore for Flaky {
             let whole = matches!(task.body, a2a_lifecycle::store::Body::Whole(_));
             self.held_update_whole.store(whole, Ordering::SeqCst);
             self.update_waiting.notify_one();
-            self.updates_gate
-                .acquire()
-                .await
-                .expect("the gate stays open")
-                .forget();
+            through(&self.updates_gate).await;
         }
         self.inner.update_encoded(t, task, v).await
     }
@@ -754,20 +751,7 @@ async fn events_emitted_while_their_tasks_create_is_written_are_stored_whole() {
     assert_eq!(stored.version, 1);
     assert_eq!(read, stored.record.task, "a reader sees the stored task");
     // So does a subscriber's snapshot, taken from the task kept in memory.
-    let mut watcher = within(
-        "subscribe, during the write",
-        client.subscribe_to_task(a2a_lifecycle::proto::SubscribeToTaskRequest {
-            tenant: String::new(),
-            id: id.clone(),
-        }),
-    )
-    .await
-    .unwrap()
-    .into_inner();
-    let first = within("its snapshot", watcher.message())
-        .await
-        .unwrap()
-        .unwrap();
+    let (first, watcher) = subscribed(&mut client, "", &id).await;
     let Some(a2a_lifecycle::proto::stream_response::Payload::Task(watched)) = first.payload else {
         panic!("a task first: {first:?}")
     };

@@ -262,7 +262,7 @@ impl TaskRecord {
         now: Timestamp,
         policy: TransitionPolicy,
     ) -> Result<Option<StreamResponse>, ApplyError> {
-        self.apply_to(event, now, policy, Cause::Agent, &mut ChangeLog(None))
+        self.apply_unlogged(event, now, policy, Cause::Agent)
     }
 
     /// [`TaskRecord::apply`] for an event `cause` wrote (what the

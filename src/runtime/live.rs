@@ -404,13 +404,13 @@ impl LiveTask {
         // Only another writer of a shared store makes an event apply
         // again (`rebase`); otherwise it is moved into the task, not copied.
         let kept = replicated.then(|| event.clone());
-        let (now, policy, cause) = (now(), policy(shared, author), author.cause());
+        let (at, rule, cause) = (now(), policy(shared, author), author.cause());
         let out = if logged {
             loaded
                 .record
-                .apply_logged(event, now, policy, cause, &mut changes)?
+                .apply_logged(event, at, rule, cause, &mut changes)?
         } else {
-            loaded.record.apply_unlogged(event, now, policy, cause)?
+            loaded.record.apply_unlogged(event, at, rule, cause)?
         };
         loaded.bytes += added;
         let (tx, rx) = oneshot::channel();
