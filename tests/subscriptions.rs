@@ -228,6 +228,123 @@ async fn slow_subscriber_does_not_block_agent_or_others_and_is_resynchronised() 
     server.stop().await;
 }
 
+/// A task's broadcast ring outlives the task and serves the next task
+/// streamed (issue 32: tokio builds and drops every slot of a ring). The
+/// ring comes back with events a stopped subscriber never read; the next
+/// task's stream carries exactly its own events, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_used_again_carries_only_the_next_tasks_events() {
+    const UPDATES: usize = 20;
+    // 4 KiB per update against a 4 KiB window: the stopped subscriber's
+    // server side stops draining the ring (as in the slow subscriber test
+    // above), which keeps the events it did not read. A ring of 64 holds
+    // every event of one task, however the commits batch them, so the
+    // second task's stream is never resynchronised. (Falling behind the
+    // ring before a ring is kept: `rings::tests`.)
+    let (server, gate) = padded_gated_server(UPDATES, 64, 4096).await;
+    let mut client = server.client().await;
+    assert_eq!(server.manager.idle_rings(), 0);
+
+    let first = send_task(&mut client, request("", user_message("go"), true)).await;
+    let stopped_channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .initial_stream_window_size(4096)
+        .initial_connection_window_size(4096)
+        .connect()
+        .await
+        .unwrap();
+    let mut stopped = within(
+        "subscribe",
+        Client::new(stopped_channel).subscribe_to_task(SubscribeToTaskRequest {
+            tenant: "".into(),
+            id: first.id.clone(),
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let snapshot = within("snapshot", stopped.message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(snapshot.payload, Some(Payload::Task(_))));
+    gate.add_permits(1);
+    let (_, done) = within("first task", settled(&mut client, "", &first.id)).await;
+    assert_eq!(state_of(&done), TaskState::Completed);
+    drop(stopped);
+    // The gate closed again once the first agent gives its permit back.
+    within("the first agent's permit", gate.acquire())
+        .await
+        .unwrap()
+        .forget();
+    // Let go of by everything: its ring is kept.
+    within("first task let go", async {
+        while server.manager.live_task_count() > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(
+        server.manager.idle_rings(),
+        1,
+        "the first task's ring is kept"
+    );
+
+    // Its stream read with room for every padded update, so that it keeps
+    // up with the ring of 8.
+    let roomy = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(1 << 20)
+        .connect()
+        .await
+        .unwrap();
+    let mut stream = within(
+        "second stream",
+        Client::new(roomy).send_streaming_message(request("", user_message("again"), false)),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let mut events = vec![
+        within("second snapshot", stream.message())
+            .await
+            .unwrap()
+            .unwrap(),
+    ];
+    assert_eq!(server.manager.idle_rings(), 0, "the kept ring is taken");
+    gate.add_permits(1);
+    events.extend(
+        within("second task's events", collect(stream))
+            .await
+            .unwrap(),
+    );
+    let Some(Payload::Task(second)) = &events[0].payload else {
+        panic!("first event must be the task, got {:?}", events[0])
+    };
+    assert_ne!(second.id, first.id);
+    for e in &events[1..] {
+        let id = match &e.payload {
+            Some(Payload::StatusUpdate(u)) => &u.task_id,
+            _ => panic!(
+                "only status updates follow the snapshot, got {}",
+                describe(e)
+            ),
+        };
+        assert_eq!(id, &second.id, "an event of another task: {}", describe(e));
+    }
+    let mut texts = update_texts(&events);
+    if state_of(second) == TaskState::Submitted {
+        assert_eq!(texts.remove(0), "started");
+    }
+    let expected: Vec<String> = (1..=UPDATES)
+        .map(|i| format!("update {i}"))
+        .chain(["done".to_string()])
+        .collect();
+    assert_eq!(texts, expected, "no event lost, repeated or reordered");
+    server.stop().await;
+}
+
 /// Closing one stream does not affect the others (spec §3.5.2).
 #[tokio::test]
 async fn dropping_one_subscriber_leaves_the_others_intact() {

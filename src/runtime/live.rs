@@ -222,6 +222,11 @@ impl Drop for LiveTask {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.upgrade() {
             shared.forget(&self.key);
+            // Its ring serves the next task streamed, unless something can
+            // still read from it (`IdleRings::give`).
+            if let Some(ring) = self.state.get_mut().as_mut().and_then(|l| l.events.take()) {
+                shared.rings.give(ring);
+            }
             if self.watched.load(std::sync::atomic::Ordering::Relaxed)
                 && let Ok(runtime) = tokio::runtime::Handle::try_current()
             {
@@ -568,14 +573,12 @@ impl LiveTask {
     }
 
     fn subscribe_locked(&self, loaded: &mut Loaded) -> broadcast::Receiver<Broadcast> {
-        let capacity = self
-            .shared
-            .upgrade()
-            .map(|s| s.config.subscriber_buffer)
-            .unwrap_or(super::SUBSCRIBER_BUFFER);
         loaded
             .events
-            .get_or_insert_with(|| broadcast::channel(capacity).0)
+            .get_or_insert_with(|| match self.shared.upgrade() {
+                Some(shared) => shared.rings.take(),
+                None => broadcast::channel(super::SUBSCRIBER_BUFFER).0,
+            })
             .subscribe()
     }
 
@@ -616,6 +619,38 @@ impl LiveTask {
         let guard = self.lock_loaded(shared).await?;
         let loaded = guard.as_ref().expect("loaded");
         Ok(task_view(&loaded.task(), history, include_artifacts))
+    }
+
+    /// The task as [`Self::view`] shows it, taken rather than copied when
+    /// this is its last holder (a blocking send's answer, issue 32); else
+    /// the handle back. Nothing else can read the task then: the live
+    /// tasks' map holds only weak references, which no longer upgrade once
+    /// the last strong one is given up, so a reader arriving now loads the
+    /// task from the store, and no run of this process holds it (a queued
+    /// run holds its task).
+    pub(crate) fn take_if_last(
+        self: Arc<Self>,
+        shared: &Arc<Shared>,
+        history: HistoryLength,
+    ) -> Result<Task, Arc<Self>> {
+        let mut live = Arc::try_unwrap(self)?;
+        match live.state.get_mut().take() {
+            Some(mut loaded) => {
+                if let Some(ring) = loaded.events.take() {
+                    shared.rings.give(ring);
+                }
+                let mut task = loaded.into_committed_task();
+                history.apply(&mut task);
+                Ok(task)
+            }
+            // Not loaded (a failed write let it go): the task's registered
+            // handle, which reads it from the store as GetTask would.
+            None => {
+                let key = live.key.clone();
+                drop(live);
+                Err(shared.live_or_insert(key))
+            }
+        }
     }
 
     pub(super) fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {

@@ -190,6 +190,15 @@ impl Loaded {
         }
     }
 
+    /// The committed task, taken: what [`Loaded::task`] shows, for the
+    /// last holder of a task no one else can read from any more.
+    pub(super) fn into_committed_task(self) -> Task {
+        match self.committed {
+            Some(committed) if !self.pending.is_empty() => committed.task,
+            _ => self.record.task,
+        }
+    }
+
     /// The committed state.
     pub(super) fn committed_state(&self) -> TaskState {
         self.committed_record().state()

@@ -93,6 +93,7 @@ pub mod live;
 mod loaded;
 mod origin;
 mod replica;
+pub mod rings;
 mod run_queue;
 mod send;
 pub mod sink;
@@ -124,8 +125,9 @@ use live::{LiveTask, Progress};
 ///
 /// One commit publishes at most [`live::MAX_PENDING_EVENTS`] events at once,
 /// so twice that lets a subscriber still reading one commit's events take
-/// the whole next one. The ring is allocated in full for every streamed
-/// task: 1024 slots cost a streamed request about 5% more CPU (measured).
+/// the whole next one. A ring is allocated in full (tokio builds and drops
+/// every slot), so rings outlive their tasks and are used again
+/// ([`rings`]): a streamed request no longer pays for the ring's size.
 pub const SUBSCRIBER_BUFFER: usize = 2 * live::MAX_PENDING_EVENTS;
 
 /// How often, with a store shared by replicas, the tasks followed here
@@ -219,6 +221,9 @@ pub(crate) struct Shared {
     unknown_agent: crate::metrics::AgentCounters,
     /// The store's metrics, for its backend (when metrics are on).
     pub(crate) store_metrics: Option<crate::metrics::BackendMetrics>,
+    /// Broadcast rings let go of by tasks no longer streamed, for the next
+    /// task subscribed to ([`rings`]).
+    pub(crate) rings: rings::IdleRings,
 }
 
 impl Shared {
@@ -405,6 +410,7 @@ impl TaskManager {
                 unknown_agent: crate::metrics::AgentCounters::new(Arc::from("unknown")),
                 store_metrics,
                 agents,
+                rings: rings::IdleRings::new(config.subscriber_buffer),
                 config,
                 live: Mutex::new(HashMap::default()),
                 origins: Mutex::new(HashMap::default()),
@@ -438,6 +444,12 @@ impl TaskManager {
     /// in a request). Finished, unobserved tasks live only in the store.
     pub fn live_task_count(&self) -> usize {
         self.shared.live.lock().expect("live map poisoned").len()
+    }
+
+    /// How many broadcast rings are kept for the next task streamed
+    /// ([`rings`]): at most [`rings::IDLE_RINGS`].
+    pub fn idle_rings(&self) -> usize {
+        self.shared.rings.len()
     }
 
     /// Raised after each commit that added push notifications to the

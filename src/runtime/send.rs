@@ -287,20 +287,28 @@ impl TaskManager {
             }) => true,
             _ = shutdown.cancelled() => false,
         };
-        let mut task = handle.live.view(&self.shared, handle.history, true).await?;
-        if reached && !failed(&progress.borrow()) && !ends_wait(&task) {
-            // The request's own run ended where it should, but a run queued
-            // behind it has moved the task on since: answer at that run's
-            // next stop instead of with a task in motion.
-            let settled = tokio::select! {
-                biased;
-                _ = progress.wait_for(|p| p.state.ends_blocking_wait() || failed(p)) => true,
-                _ = shutdown.cancelled() => false,
-            };
-            if settled {
-                task = handle.live.view(&self.shared, handle.history, true).await?;
+        let task = match handle.live.take_if_last(&self.shared, handle.history) {
+            // Nothing else holds the task, so no run is queued behind the
+            // request's own: the task as it is now is the answer.
+            Ok(task) => task,
+            Err(live) => {
+                let mut task = live.view(&self.shared, handle.history, true).await?;
+                if reached && !failed(&progress.borrow()) && !ends_wait(&task) {
+                    // The request's own run ended where it should, but a run
+                    // queued behind it has moved the task on since: answer at
+                    // that run's next stop instead of with a task in motion.
+                    let settled = tokio::select! {
+                        biased;
+                        _ = progress.wait_for(|p| p.state.ends_blocking_wait() || failed(p)) => true,
+                        _ = shutdown.cancelled() => false,
+                    };
+                    if settled {
+                        task = live.view(&self.shared, handle.history, true).await?;
+                    }
+                }
+                task
             }
-        }
+        };
         let state = task_state(&task);
         if state.is_terminal() || (reached && state.is_interrupted()) {
             return Ok(task);
