@@ -260,7 +260,13 @@ impl LiveTask {
                 loaded.committed = None;
             }
         }
-        let done: Vec<Pending> = loaded.pending.drain(..count).collect();
+        // Most writes take every pending event: the list itself, rather
+        // than its items moved into a new one.
+        let done: Vec<Pending> = if count == loaded.pending.len() {
+            std::mem::take(&mut loaded.pending)
+        } else {
+            loaded.pending.drain(..count).collect()
+        };
         if let Some(metrics) = &shared.config.metrics {
             count_committed(metrics, shared.agent(&self.key.tenant), version, &done);
         }

@@ -21,8 +21,9 @@ use crate::store::{Caught, StoreError};
 
 /// What a task's broadcast carries. Always behind an `Arc` (one allocation
 /// per broadcast, shared by every subscriber), so the variants' sizes do not
-/// matter.
+/// matter. A stream holding the last reference takes it; others copy it.
 #[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
 pub(crate) enum Signal {
     /// A committed event, with the number of the run that was current when
     /// it was accepted (a stream of a follow-up message closes at

@@ -19,6 +19,8 @@
 //! missed is not part of the task and is lost to it. On server shutdown an
 //! open stream ends with UNAVAILABLE so the client knows to resubscribe.
 
+use std::sync::Arc;
+
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -151,15 +153,18 @@ impl TaskManager {
                     }
                 } else {
                     match received {
-                        Ok(signal) => match &*signal {
+                        // Taken, not copied, when this stream holds the last
+                        // reference: a task's only subscriber (the ring lets
+                        // go of an event once every receiver has it).
+                        Ok(signal) => match Arc::unwrap_or_clone(signal) {
                             Signal::Event { run: from, event } => {
-                                let closes = event_state(event)
-                                    .is_some_and(|s| close_at.closes(s, *from >= run));
-                                (event.clone(), closes)
+                                let closes = event_state(&event)
+                                    .is_some_and(|s| close_at.closes(s, from >= run));
+                                (event, closes)
                             }
                             Signal::Idle | Signal::Resync => break,
                             Signal::Failed(e) => {
-                                yield Err(e.clone());
+                                yield Err(e);
                                 break;
                             }
                         },
