@@ -78,6 +78,19 @@ async fn padded_gated_server(
     (server, gate)
 }
 
+/// A client whose HTTP/2 stream and connection windows are `bytes`: a
+/// small one stops the server's side of its streams draining the ring.
+async fn windowed(server: &TestServer, bytes: u32) -> Client {
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .initial_stream_window_size(bytes)
+        .initial_connection_window_size(bytes)
+        .connect()
+        .await
+        .unwrap();
+    Client::new(channel)
+}
+
 fn update_texts(events: &[a2a_lifecycle::proto::StreamResponse]) -> Vec<String> {
     events
         .iter()
@@ -170,14 +183,7 @@ async fn slow_subscriber_does_not_block_agent_or_others_and_is_resynchronised() 
         .into_inner()
     };
     // The slow one reads its snapshot, then nothing until the task is done.
-    let slow_channel = tonic::transport::Endpoint::from_shared(server.url())
-        .unwrap()
-        .initial_stream_window_size(4096)
-        .initial_connection_window_size(4096)
-        .connect()
-        .await
-        .unwrap();
-    let mut slow = subscribe(Client::new(slow_channel), task.id.clone()).await;
+    let mut slow = subscribe(windowed(&server, 4096).await, task.id.clone()).await;
     let first = slow.message().await.unwrap().unwrap();
     assert!(matches!(first.payload, Some(Payload::Task(_))));
     let fast = tokio::spawn(collect(
@@ -246,19 +252,14 @@ async fn a_ring_used_again_carries_only_the_next_tasks_events() {
     assert_eq!(server.manager.idle_rings(), 0);
 
     let first = send_task(&mut client, request("", user_message("go"), true)).await;
-    let stopped_channel = tonic::transport::Endpoint::from_shared(server.url())
-        .unwrap()
-        .initial_stream_window_size(4096)
-        .initial_connection_window_size(4096)
-        .connect()
-        .await
-        .unwrap();
     let mut stopped = within(
         "subscribe",
-        Client::new(stopped_channel).subscribe_to_task(SubscribeToTaskRequest {
-            tenant: "".into(),
-            id: first.id.clone(),
-        }),
+        windowed(&server, 4096)
+            .await
+            .subscribe_to_task(SubscribeToTaskRequest {
+                tenant: "".into(),
+                id: first.id.clone(),
+            }),
     )
     .await
     .unwrap()
@@ -292,16 +293,11 @@ async fn a_ring_used_again_carries_only_the_next_tasks_events() {
 
     // Its stream read with room for every padded update, so that it keeps
     // up with the ring of 8.
-    let roomy = tonic::transport::Endpoint::from_shared(server.url())
-        .unwrap()
-        .initial_stream_window_size(1 << 20)
-        .initial_connection_window_size(1 << 20)
-        .connect()
-        .await
-        .unwrap();
     let mut stream = within(
         "second stream",
-        Client::new(roomy).send_streaming_message(request("", user_message("again"), false)),
+        windowed(&server, 1 << 20)
+            .await
+            .send_streaming_message(request("", user_message("again"), false)),
     )
     .await
     .unwrap()

@@ -634,23 +634,18 @@ impl LiveTask {
         history: HistoryLength,
     ) -> Result<Task, Arc<Self>> {
         let mut live = Arc::try_unwrap(self)?;
-        match live.state.get_mut().take() {
-            Some(mut loaded) => {
-                if let Some(ring) = loaded.events.take() {
-                    shared.rings.give(ring);
-                }
-                let mut task = loaded.into_committed_task();
-                history.apply(&mut task);
-                Ok(task)
-            }
-            // Not loaded (a failed write let it go): the task's registered
-            // handle, which reads it from the store as GetTask would.
-            None => {
-                let key = live.key.clone();
-                drop(live);
-                Err(shared.live_or_insert(key))
-            }
+        // Taken out of the cache in place; the rest (its ring among it)
+        // goes as the handle is dropped.
+        if let Some(loaded) = live.state.get_mut().as_mut() {
+            let mut task = loaded.take_committed_task();
+            history.apply(&mut task);
+            return Ok(task);
         }
+        // Not loaded (a failed write let it go): the task's registered
+        // handle, which reads it from the store as GetTask would.
+        let key = live.key.clone();
+        drop(live);
+        Err(shared.live_or_insert(key))
     }
 
     pub(super) fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {

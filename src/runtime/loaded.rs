@@ -191,13 +191,14 @@ impl Loaded {
         }
     }
 
-    /// The committed task, taken: what [`Loaded::task`] shows, for the
+    /// The committed task, taken (what [`Loaded::task`] shows), for the
     /// last holder of a task no one else can read from any more.
-    pub(super) fn into_committed_task(self) -> Task {
-        match self.committed {
-            Some(committed) if !self.pending.is_empty() => committed.task,
-            _ => self.record.task,
-        }
+    pub(super) fn take_committed_task(&mut self) -> Task {
+        let record = match &mut self.committed {
+            Some(committed) if !self.pending.is_empty() => committed,
+            _ => &mut self.record,
+        };
+        std::mem::take(&mut record.task)
     }
 
     /// The committed state.
